@@ -1,0 +1,80 @@
+//! The objects a configuration is made of, as read from the API server or
+//! from files: MetalLB's `ClusterResources`.
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret};
+
+use crate::api::{v1beta1, v1beta2};
+
+/// Everything `parse` reads. Lists need not be sorted: `parse` sorts them by
+/// name first, as MetalLB's reconcilers do.
+#[derive(Clone, Debug, Default)]
+pub struct Resources {
+    /// `IPAddressPool`s.
+    pub pools: Vec<v1beta1::IPAddressPool>,
+    /// `BGPPeer`s, v1beta1 ones already converted with [`convert_bgp_peer`].
+    pub peers: Vec<v1beta2::BGPPeer>,
+    /// `BFDProfile`s.
+    pub bfd_profiles: Vec<v1beta1::BFDProfile>,
+    /// `BGPAdvertisement`s.
+    pub bgp_advertisements: Vec<v1beta1::BGPAdvertisement>,
+    /// `L2Advertisement`s.
+    pub l2_advertisements: Vec<v1beta1::L2Advertisement>,
+    /// `Community` alias lists.
+    pub communities: Vec<v1beta1::Community>,
+    /// Secrets of the MetalLB namespace (BGP passwords).
+    pub secrets: Vec<Secret>,
+    /// The cluster's Nodes (node selectors of peers and advertisements).
+    pub nodes: Vec<Node>,
+    /// The cluster's Namespaces (namespace selectors of pools).
+    pub namespaces: Vec<Namespace>,
+    /// The `bgpextras` ConfigMap, when present (FRR-only; warned about).
+    pub bgp_extras: Option<ConfigMap>,
+}
+
+/// Converts a deprecated v1beta1 BGPPeer to v1beta2.
+///
+/// Unlike MetalLB's conversion, a zero `holdTime`/`keepaliveTime` means
+/// "unset" (MetalLB materialises it as an explicit 0s, which disables
+/// keepalives), and `peerPort: 0` means 179.
+pub fn convert_bgp_peer(old: &v1beta1::BGPPeer) -> v1beta2::BGPPeer {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+
+    let s = &old.spec;
+    let nonzero = |d: &Option<crate::api::Duration>| d.clone().filter(|d| d.as_nanos() != 0);
+    let node_selectors = s
+        .node_selectors
+        .iter()
+        .map(|ns| LabelSelector {
+            match_labels: (!ns.match_labels.is_empty()).then(|| ns.match_labels.clone()),
+            match_expressions: (!ns.match_expressions.is_empty()).then(|| {
+                ns.match_expressions
+                    .iter()
+                    .map(|e| LabelSelectorRequirement {
+                        key: e.key.clone(),
+                        operator: e.operator.clone(),
+                        values: (!e.values.is_empty()).then(|| e.values.clone()),
+                    })
+                    .collect()
+            }),
+        })
+        .collect();
+    v1beta2::BGPPeer {
+        metadata: old.metadata.clone(),
+        spec: v1beta2::BGPPeerSpec {
+            my_asn: s.my_asn,
+            peer_asn: s.asn,
+            address: s.address.clone(),
+            src_address: s.src_address.clone(),
+            port: if s.port == 0 { 179 } else { s.port },
+            hold_time: nonzero(&s.hold_time),
+            keepalive_time: nonzero(&s.keepalive_time),
+            router_id: s.router_id.clone(),
+            node_selectors,
+            password: s.password.clone(),
+            bfd_profile: s.bfd_profile.clone(),
+            ebgp_multi_hop: s.ebgp_multi_hop,
+            ..Default::default()
+        },
+        status: None,
+    }
+}
