@@ -3,7 +3,20 @@
 //! [`Config`] with MetalLB's own error messages.
 
 pub mod api;
+pub mod cidr;
+pub mod community;
+pub mod crd;
 pub mod gofmt;
 pub mod resources;
+pub mod selector;
 
 pub use resources::{Resources, convert_bgp_peer};
+
+mod error;
+mod model;
+mod parse;
+
+pub use community::Community;
+pub use error::{ConfigError, ObjectRef, Warning};
+pub use model::*;
+pub use parse::parse;

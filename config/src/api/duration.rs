@@ -282,7 +282,17 @@ mod tests {
         for (text, want) in cases {
             assert_eq!(Duration::parse(text).unwrap().as_nanos(), *want, "{text}");
         }
-        for bad in ["", "s", "1", "1x", "abc", "--1s", "1.2.3s", ".s", "9999999999h"] {
+        for bad in [
+            "",
+            "s",
+            "1",
+            "1x",
+            "abc",
+            "--1s",
+            "1.2.3s",
+            ".s",
+            "9999999999h",
+        ] {
             assert!(Duration::parse(bad).is_err(), "{bad:?} must be rejected");
         }
     }

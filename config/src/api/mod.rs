@@ -7,6 +7,7 @@
 //! not from deserialisation. Required-ness lives in the generated CRD schema.
 
 mod duration;
+mod schema;
 pub mod v1beta1;
 pub mod v1beta2;
 

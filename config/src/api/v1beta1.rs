@@ -7,7 +7,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Duration, Password, is_false, is_zero_i32, is_zero_u16, is_zero_u32};
+use super::{Duration, Password, is_false, is_zero_i32, is_zero_u16, is_zero_u32, schema};
 
 // ---------------------------------------------------------------------------
 // IPAddressPool
@@ -26,11 +26,20 @@ use super::{Duration, Password, is_false, is_zero_i32, is_zero_u16, is_zero_u32}
     category = "metallb",
     shortname = "ipp",
     doc = "IPAddressPool represents a pool of IP addresses that can be allocated to LoadBalancer services.",
-    printcolumn(name = "Auto Assign", type_ = "boolean", json_path = ".spec.autoAssign"),
-    printcolumn(name = "Avoid Buggy IPs", type_ = "boolean", json_path = ".spec.avoidBuggyIPs"),
+    printcolumn(
+        name = "Auto Assign",
+        type_ = "boolean",
+        json_path = ".spec.autoAssign"
+    ),
+    printcolumn(
+        name = "Avoid Buggy IPs",
+        type_ = "boolean",
+        json_path = ".spec.avoidBuggyIPs"
+    ),
     printcolumn(name = "Addresses", type_ = "string", json_path = ".spec.addresses")
 )]
 #[serde(default, rename_all = "camelCase")]
+#[schemars(transform = schema::required(&["addresses"]))]
 pub struct IPAddressPoolSpec {
     /// A list of IP address ranges over which MetalLB has authority.
     /// Either CIDRs (`192.168.10.0/24`, `fc00::/64`) or inclusive ranges
@@ -38,9 +47,11 @@ pub struct IPAddressPoolSpec {
     pub addresses: Vec<String>,
     /// Whether the pool is used for automatic allocation (default true).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = true))]
     pub auto_assign: Option<bool>,
     /// Skip IPv4 addresses ending in .0 and .255.
     #[serde(rename = "avoidBuggyIPs", skip_serializing_if = "is_false")]
+    #[schemars(extend("default" = false))]
     pub avoid_buggy_ips: bool,
     /// Pins the pool to namespaces and Services.
     #[serde(rename = "serviceAllocation", skip_serializing_if = "Option::is_none")]
@@ -68,6 +79,7 @@ pub struct ServiceAllocation {
 /// Usage counters of a pool, written by the controller.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(default, rename_all = "camelCase")]
+#[schemars(transform = schema::required(&["assignedIPv4", "assignedIPv6", "availableIPv4", "availableIPv6"]))]
 pub struct IPAddressPoolStatus {
     /// Distinct IPv4 addresses in use (exact up to 2^63-1, clamped above).
     #[serde(rename = "assignedIPv4")]
@@ -100,10 +112,23 @@ pub struct IPAddressPoolStatus {
     category = "metallb",
     shortname = "l2adv",
     doc = "L2Advertisement allows to advertise the LoadBalancer IPs provided by the selected pools via L2.",
-    printcolumn(name = "IPAddressPools", type_ = "string", json_path = ".spec.ipAddressPools"),
-    printcolumn(name = "IPAddressPool Selectors", type_ = "string", json_path = ".spec.ipAddressPoolSelectors"),
+    printcolumn(
+        name = "IPAddressPools",
+        type_ = "string",
+        json_path = ".spec.ipAddressPools"
+    ),
+    printcolumn(
+        name = "IPAddressPool Selectors",
+        type_ = "string",
+        json_path = ".spec.ipAddressPoolSelectors"
+    ),
     printcolumn(name = "Interfaces", type_ = "string", json_path = ".spec.interfaces"),
-    printcolumn(name = "Node Selectors", type_ = "string", json_path = ".spec.nodeSelectors", priority = 10)
+    printcolumn(
+        name = "Node Selectors",
+        type_ = "string",
+        json_path = ".spec.nodeSelectors",
+        priority = 10
+    )
 )]
 #[serde(default, rename_all = "camelCase")]
 pub struct L2AdvertisementSpec {
@@ -111,7 +136,10 @@ pub struct L2AdvertisementSpec {
     #[serde(rename = "ipAddressPools", skip_serializing_if = "Vec::is_empty")]
     pub ip_address_pools: Vec<String>,
     /// Pools, by label, announced by this advertisement.
-    #[serde(rename = "ipAddressPoolSelectors", skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        rename = "ipAddressPoolSelectors",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub ip_address_pool_selectors: Vec<LabelSelector>,
     /// Nodes allowed to announce; empty means all.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -130,8 +158,10 @@ pub struct L2AdvertisementSpec {
 /// A weighted preference for the announcing node.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(default, rename_all = "camelCase")]
+#[schemars(transform = schema::required(&["preference", "weight"]))]
 pub struct PreferredNodeSelector {
     /// Weight, 1-100, summed over matching selectors.
+    #[schemars(range(min = 1, max = 100))]
     pub weight: i32,
     /// Nodes this preference applies to (empty matches all).
     pub preference: LabelSelector,
@@ -158,21 +188,44 @@ pub struct EmptyStatus {}
     category = "metallb",
     shortname = "bgpadv",
     doc = "BGPAdvertisement allows to advertise the IPs coming from the selected IPAddressPools via BGP, setting the parameters of the BGP Advertisement.",
-    printcolumn(name = "IPAddressPools", type_ = "string", json_path = ".spec.ipAddressPools"),
-    printcolumn(name = "IPAddressPool Selectors", type_ = "string", json_path = ".spec.ipAddressPoolSelectors"),
+    printcolumn(
+        name = "IPAddressPools",
+        type_ = "string",
+        json_path = ".spec.ipAddressPools"
+    ),
+    printcolumn(
+        name = "IPAddressPool Selectors",
+        type_ = "string",
+        json_path = ".spec.ipAddressPoolSelectors"
+    ),
     printcolumn(name = "Peers", type_ = "string", json_path = ".spec.peers"),
-    printcolumn(name = "Node Selectors", type_ = "string", json_path = ".spec.nodeSelectors", priority = 10)
+    printcolumn(
+        name = "Node Selectors",
+        type_ = "string",
+        json_path = ".spec.nodeSelectors",
+        priority = 10
+    )
 )]
 #[serde(default, rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.serviceSelectors) || self.serviceSelectors.size() == 0 || ((!has(self.aggregationLength) || self.aggregationLength == 32) && (!has(self.aggregationLengthV6) || self.aggregationLengthV6 == 128))",
+    "message": "serviceSelectors and aggregationLength are mutually exclusive, can only be used together with default aggregationLength (32) and aggregationLengthV6 (128)",
+}]))]
 pub struct BGPAdvertisementSpec {
     /// IPv4 prefix length announced (default 32).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1), extend("default" = 32))]
     pub aggregation_length: Option<i32>,
     /// IPv6 prefix length announced (default 128).
-    #[serde(rename = "aggregationLengthV6", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "aggregationLengthV6",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(extend("default" = 128))]
     pub aggregation_length_v6: Option<i32>,
     /// LOCAL_PREF attribute (iBGP only); 0 means unset.
     #[serde(skip_serializing_if = "is_zero_u32")]
+    #[schemars(range(min = 0, max = 4294967295u32), extend("format" = "int64"))]
     pub local_pref: u32,
     /// Communities: `a:b`, `large:a:b:c`, or a Community alias name.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -181,7 +234,10 @@ pub struct BGPAdvertisementSpec {
     #[serde(rename = "ipAddressPools", skip_serializing_if = "Vec::is_empty")]
     pub ip_address_pools: Vec<String>,
     /// Pools, by label, announced by this advertisement.
-    #[serde(rename = "ipAddressPoolSelectors", skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        rename = "ipAddressPoolSelectors",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub ip_address_pool_selectors: Vec<LabelSelector>,
     /// Nodes that announce (act as next hops); empty means all.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -198,7 +254,9 @@ pub struct BGPAdvertisementSpec {
 // BFDProfile
 
 /// BFD session parameters, referenced by BGPPeers.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(
+    CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema,
+)]
 #[kube(
     group = "metallb.io",
     version = "v1beta1",
@@ -211,24 +269,44 @@ pub struct BGPAdvertisementSpec {
     category = "metallb",
     shortname = "bfdp",
     doc = "BFDProfile represents the settings of the bfd session that can be optionally associated with a BGP session.",
-    printcolumn(name = "Passive Mode", type_ = "boolean", json_path = ".spec.passiveMode"),
-    printcolumn(name = "Transmit Interval", type_ = "integer", json_path = ".spec.transmitInterval"),
-    printcolumn(name = "Receive Interval", type_ = "integer", json_path = ".spec.receiveInterval"),
-    printcolumn(name = "Multiplier", type_ = "integer", json_path = ".spec.detectMultiplier")
+    printcolumn(
+        name = "Passive Mode",
+        type_ = "boolean",
+        json_path = ".spec.passiveMode"
+    ),
+    printcolumn(
+        name = "Transmit Interval",
+        type_ = "integer",
+        json_path = ".spec.transmitInterval"
+    ),
+    printcolumn(
+        name = "Receive Interval",
+        type_ = "integer",
+        json_path = ".spec.receiveInterval"
+    ),
+    printcolumn(
+        name = "Multiplier",
+        type_ = "integer",
+        json_path = ".spec.detectMultiplier"
+    )
 )]
 #[serde(default, rename_all = "camelCase")]
 pub struct BFDProfileSpec {
     /// Minimum interval, in ms, this system can receive control packets (default 300).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 10, max = 60000), extend("format" = "int32"))]
     pub receive_interval: Option<u32>,
     /// Minimum interval, in ms, this system wants to send control packets (default 300).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 10, max = 60000), extend("format" = "int32"))]
     pub transmit_interval: Option<u32>,
     /// Detection multiplier (default 3).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 2, max = 255), extend("format" = "int32"))]
     pub detect_multiplier: Option<u32>,
     /// Echo interval, in ms (default 50).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 10, max = 60000), extend("format" = "int32"))]
     pub echo_interval: Option<u32>,
     /// Enables echo mode.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -238,6 +316,7 @@ pub struct BFDProfileSpec {
     pub passive_mode: Option<bool>,
     /// Minimum expected TTL of incoming multihop control packets.
     #[serde(rename = "minimumTtl", skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 254), extend("format" = "int32"))]
     pub minimum_ttl: Option<u32>,
 }
 
@@ -245,7 +324,9 @@ pub struct BFDProfileSpec {
 // Community
 
 /// Named BGP communities usable in BGPAdvertisements.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(
+    CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema,
+)]
 #[kube(
     group = "metallb.io",
     version = "v1beta1",
@@ -301,15 +382,22 @@ pub struct CommunityAlias {
     printcolumn(name = "Address", type_ = "string", json_path = ".spec.peerAddress"),
     printcolumn(name = "ASN", type_ = "string", json_path = ".spec.peerASN"),
     printcolumn(name = "BFD Profile", type_ = "string", json_path = ".spec.bfdProfile"),
-    printcolumn(name = "Multi Hops", type_ = "string", json_path = ".spec.ebgpMultiHop")
+    printcolumn(
+        name = "Multi Hops",
+        type_ = "string",
+        json_path = ".spec.ebgpMultiHop"
+    )
 )]
 #[serde(default, rename_all = "camelCase")]
+#[schemars(transform = schema::required(&["myASN", "peerASN", "peerAddress"]))]
 pub struct BGPPeerSpec {
     /// AS number to use for the local end of the session.
     #[serde(rename = "myASN")]
+    #[schemars(range(min = 0, max = 4294967295u32), extend("format" = "int64"))]
     pub my_asn: u32,
     /// AS number to expect from the remote end of the session.
     #[serde(rename = "peerASN")]
+    #[schemars(range(min = 0, max = 4294967295u32), extend("format" = "int64"))]
     pub asn: u32,
     /// Address to dial when establishing the session.
     #[serde(rename = "peerAddress")]
@@ -319,6 +407,7 @@ pub struct BGPPeerSpec {
     pub src_address: String,
     /// Port to dial; 0 means 179.
     #[serde(rename = "peerPort", skip_serializing_if = "is_zero_u16")]
+    #[schemars(range(min = 0, max = 16384), extend("format" = "int32"))]
     pub port: u16,
     /// Requested hold time; 0 means unset.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -358,12 +447,14 @@ pub struct NodeSelector {
 /// One requirement of a legacy node selector.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(default)]
+#[schemars(transform = schema::required(&["key", "operator", "values"]))]
 pub struct MatchExpression {
     /// Label key.
     pub key: String,
     /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
     pub operator: String,
     /// Values for `In` and `NotIn`.
+    #[schemars(length(min = 1))]
     pub values: Vec<String>,
 }
 
@@ -387,7 +478,11 @@ pub struct MatchExpression {
     doc = "ConfigurationState reports whether the configuration a MetalLB component loaded is valid.",
     printcolumn(name = "Result", type_ = "string", json_path = ".status.result"),
     printcolumn(name = "LastError", type_ = "string", json_path = ".status.lastError"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 pub struct ConfigurationStateSpec {}
 
@@ -418,6 +513,7 @@ pub struct ConfigurationStateStatus {
     pub error_summary: String,
     /// `configReconcilerValid` (speakers) or `poolReconcilerValid` (controller).
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::conditions")]
     pub conditions: Vec<Condition>,
 }
 
@@ -449,8 +545,16 @@ pub const REASON_CONFIGURATION_ERROR: &str = "ConfigurationError";
     shortname = "svcl2",
     doc = "ServiceL2Status reveals the actual traffic status of loadbalancer services in layer2 mode.",
     printcolumn(name = "Allocated Node", type_ = "string", json_path = ".status.node"),
-    printcolumn(name = "Service Name", type_ = "string", json_path = ".status.serviceName"),
-    printcolumn(name = "Service Namespace", type_ = "string", json_path = ".status.serviceNamespace")
+    printcolumn(
+        name = "Service Name",
+        type_ = "string",
+        json_path = ".status.serviceName"
+    ),
+    printcolumn(
+        name = "Service Namespace",
+        type_ = "string",
+        json_path = ".status.serviceNamespace"
+    )
 )]
 pub struct ServiceL2StatusSpec {}
 
@@ -460,12 +564,15 @@ pub struct ServiceL2StatusSpec {}
 pub struct MetalLBServiceL2Status {
     /// The announcing node.
     #[serde(skip_serializing_if = "String::is_empty")]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "Value is immutable"}]))]
     pub node: String,
     /// The Service's name.
     #[serde(skip_serializing_if = "String::is_empty")]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "Value is immutable"}]))]
     pub service_name: String,
     /// The Service's namespace.
     #[serde(skip_serializing_if = "String::is_empty")]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "Value is immutable"}]))]
     pub service_namespace: String,
     /// Interfaces announced on; empty when announcing on all of them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -497,8 +604,16 @@ pub struct InterfaceInfo {
     shortname = "svcbgp",
     doc = "ServiceBGPStatus exposes the BGP peers a service is configured to be advertised to, per relevant node.",
     printcolumn(name = "Node", type_ = "string", json_path = ".status.node"),
-    printcolumn(name = "Service Name", type_ = "string", json_path = ".status.serviceName"),
-    printcolumn(name = "Service Namespace", type_ = "string", json_path = ".status.serviceNamespace")
+    printcolumn(
+        name = "Service Name",
+        type_ = "string",
+        json_path = ".status.serviceName"
+    ),
+    printcolumn(
+        name = "Service Namespace",
+        type_ = "string",
+        json_path = ".status.serviceNamespace"
+    )
 )]
 pub struct ServiceBGPStatusSpec {}
 
@@ -508,12 +623,15 @@ pub struct ServiceBGPStatusSpec {}
 pub struct MetalLBServiceBGPStatus {
     /// The advertising node.
     #[serde(skip_serializing_if = "String::is_empty")]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "Value is immutable"}]))]
     pub node: String,
     /// The Service's name.
     #[serde(skip_serializing_if = "String::is_empty")]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "Value is immutable"}]))]
     pub service_name: String,
     /// The Service's namespace.
     #[serde(skip_serializing_if = "String::is_empty")]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "Value is immutable"}]))]
     pub service_namespace: String,
     /// BGPPeer names the Service is advertised to from this node.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -542,7 +660,11 @@ pub struct MetalLBServiceBGPStatus {
     printcolumn(name = "Peer", type_ = "string", json_path = ".status.peer"),
     printcolumn(name = "BGP", type_ = "string", json_path = ".status.bgpStatus"),
     printcolumn(name = "BFD", type_ = "string", json_path = ".status.bfdStatus"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 pub struct BGPSessionStatusSpec {}
 
