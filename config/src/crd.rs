@@ -576,12 +576,12 @@ fn type_matches(ty: &str, v: &Value) -> bool {
 fn validate(schema: &Value, value: &Value, path: &str, errs: &mut Vec<String>) {
     let shown_path = if path.is_empty() { "<root>" } else { path };
     if value.is_null() {
-        if schema.get("nullable") != Some(&Value::Bool(true)) {
-            if let Some(ty) = schema.get("type").and_then(Value::as_str) {
-                errs.push(format!(
-                    "{shown_path}: Invalid value: \"null\": {shown_path} in body must be of type {ty}: \"null\""
-                ));
-            }
+        if schema.get("nullable") != Some(&Value::Bool(true))
+            && let Some(ty) = schema.get("type").and_then(Value::as_str)
+        {
+            errs.push(format!(
+                "{shown_path}: Invalid value: \"null\": {shown_path} in body must be of type {ty}: \"null\""
+            ));
         }
         return;
     }

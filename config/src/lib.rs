@@ -7,6 +7,8 @@ pub mod cidr;
 pub mod community;
 pub mod crd;
 pub mod gofmt;
+pub mod load;
+pub mod names;
 pub mod resources;
 pub mod selector;
 

@@ -381,17 +381,13 @@ fn peer(
         )));
     }
     let (password, password_source) = if !secret_name.is_empty() {
-        let ref_ns = s
-            .password_secret
-            .as_ref()
-            .and_then(|r| r.namespace.clone())
-            .unwrap_or_default();
-        let pw = password_from_secret(&ref_ns, &secret_name, secrets).map_err(|(m, t)| {
-            (
-                join(&[&m, &format!("failed to parse peer {name} password secret")]),
-                t,
-            )
-        })?;
+        let pw =
+            password_from_secret(&namespace, &name, &secret_name, secrets).map_err(|(m, t)| {
+                (
+                    join(&[&m, &format!("failed to parse peer {name} password secret")]),
+                    t,
+                )
+            })?;
         (
             Some(SecretString::new(pw)),
             Some(PasswordSource::Secret(secret_name)),
@@ -451,7 +447,7 @@ fn peer(
     })
 }
 
-/// MetalLB's `parseTimers`: hold time rounded to seconds, 0 or >= 3 s;
+/// MetalLB's `parseTimers`: hold time in whole seconds, 0 or >= 3 s;
 /// keepalive not above hold; the missing one derived from the other; 90 s and
 /// 30 s when neither is set. Returns (hold, keepalive, warning).
 fn timers(
@@ -464,6 +460,16 @@ fn timers(
         (Some(h), None) => (h.as_nanos(), h.as_nanos() / 3),
         (None, Some(k)) => (k.as_nanos().saturating_mul(3), k.as_nanos()),
     };
+    // MetalLB checks the hold time first, in whole seconds (the fraction is
+    // dropped), then the keepalive against it.
+    let raw = crate::api::Duration::from_nanos(hold_ns);
+    let hold_secs = hold_ns / 1_000_000_000;
+    if hold_secs != 0 && hold_secs < 3 {
+        return Err(format!(
+            "invalid hold time {}: must be 0 or >=3s",
+            quote(&raw.to_string())
+        ));
+    }
     if let (Some(h), Some(k)) = (ht, ka)
         && k.as_nanos() > h.as_nanos()
     {
@@ -471,14 +477,6 @@ fn timers(
             "invalid keepaliveTime {}, must be lower than holdTime {}",
             quote(&k.to_string()),
             quote(&h.to_string())
-        ));
-    }
-    let raw = crate::api::Duration::from_nanos(hold_ns);
-    let hold_secs = raw.round_secs();
-    if hold_secs != 0 && hold_secs < 3 {
-        return Err(format!(
-            "invalid hold time {}: must be 0 or >=3s",
-            quote(&raw.to_string())
         ));
     }
     let mut warning = None;
@@ -495,8 +493,11 @@ fn timers(
     Ok((hold, keepalive, warning))
 }
 
+/// The password of a `kubernetes.io/basic-auth` Secret. A missing Secret
+/// is named by the peer (`peer_namespace`/`peer_name`), as MetalLB does.
 fn password_from_secret(
-    ref_namespace: &str,
+    peer_namespace: &str,
+    peer_name: &str,
     name: &str,
     secrets: &BTreeMap<String, &Secret>,
 ) -> Result<String, (String, bool)> {
@@ -504,8 +505,8 @@ fn password_from_secret(
         return Err((
             format!(
                 "secret ref not found for peer config {}/{}",
-                quote(ref_namespace),
-                quote(name)
+                quote(peer_namespace),
+                quote(peer_name)
             ),
             true,
         ));
@@ -668,7 +669,7 @@ fn service_allocation(
                 &e.to_string(),
                 &format!(
                     "invalid namespace label selector {} in ip pool {pool}",
-                    selector::go_value(sel)
+                    selector::go_string(sel)
                 ),
             ])
         })?;
@@ -917,10 +918,10 @@ fn bgp_advertisement(
     let perm = |m: String| (m, false);
     validate_duplicate_strings(&s.ip_address_pools, "ipAddressPools").map_err(perm)?;
     validate_duplicate_strings(&s.communities, "community").map_err(perm)?;
+    validate_duplicate_strings(&s.peers, "peers").map_err(perm)?;
     selector::validate_duplicates(&s.ip_address_pool_selectors, "ipAddressPoolSelectors")
         .map_err(perm)?;
     selector::validate_duplicates(&s.node_selectors, "nodeSelectors").map_err(perm)?;
-    validate_duplicate_strings(&s.peers, "peers").map_err(perm)?;
     selector::validate_duplicates(&s.service_selectors, "serviceSelectors").map_err(perm)?;
     if !s.service_selectors.is_empty() {
         if s.aggregation_length.is_some_and(|l| l != 32) {
@@ -1021,9 +1022,11 @@ fn validate_bgp_adv_per_pool(
             .min()
             .unwrap_or(0);
         if max_len < lowest {
+            // MetalLB prints the IPv4 aggregation length here whatever the
+            // family of the entry; we keep its text.
             return Err(format!(
-                "invalid aggregation length {max_len}: prefix {lowest} in this pool is more specific than the aggregation length for addresses {}",
-                block.spec
+                "invalid aggregation length {}: prefix {lowest} in this pool is more specific than the aggregation length for addresses {}",
+                adv.aggregation_length, block.spec
             ));
         }
     }

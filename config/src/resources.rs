@@ -7,7 +7,9 @@ use crate::api::{v1beta1, v1beta2};
 
 /// Everything `parse` reads. Lists need not be sorted: `parse` sorts them by
 /// name first, as MetalLB's reconcilers do.
-#[derive(Clone, Debug, Default)]
+///
+/// `Debug` shows Secrets by name only: their data are BGP passwords.
+#[derive(Clone, Default)]
 pub struct Resources {
     /// `IPAddressPool`s.
     pub pools: Vec<v1beta1::IPAddressPool>,
@@ -29,6 +31,28 @@ pub struct Resources {
     pub namespaces: Vec<Namespace>,
     /// The `bgpextras` ConfigMap, when present (FRR-only; warned about).
     pub bgp_extras: Option<ConfigMap>,
+}
+
+impl std::fmt::Debug for Resources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secret_names: Vec<String> = self
+            .secrets
+            .iter()
+            .map(|s| s.metadata.name.clone().unwrap_or_default())
+            .collect();
+        f.debug_struct("Resources")
+            .field("pools", &self.pools)
+            .field("peers", &self.peers)
+            .field("bfd_profiles", &self.bfd_profiles)
+            .field("bgp_advertisements", &self.bgp_advertisements)
+            .field("l2_advertisements", &self.l2_advertisements)
+            .field("communities", &self.communities)
+            .field("secrets", &secret_names)
+            .field("nodes", &self.nodes)
+            .field("namespaces", &self.namespaces)
+            .field("bgp_extras", &self.bgp_extras)
+            .finish()
+    }
 }
 
 /// Converts a deprecated v1beta1 BGPPeer to v1beta2.

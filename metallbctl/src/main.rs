@@ -1,1 +1,49 @@
-fn main() {}
+//! `metallbctl`: the metallb-rs command line.
+//!
+//! `validate` checks MetalLB configuration files offline, with the same
+//! loader and `config::parse` the daemons use and the CRD schemas the API
+//! server enforces.
+
+mod validate;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit statuses, shown by `--help`.
+const EXIT_STATUS: &str = "\
+Exit status:
+  0  the configuration is valid
+  1  the configuration is invalid: MetalLB would refuse it, or the API server
+     would reject one of its objects (a schema violation), so it would never
+     reach the cluster
+  2  the input could not be loaded: unreadable path, YAML syntax error,
+     unknown metallb.io apiVersion or kind, a value of the wrong type, an
+     unknown field with --strict; also command-line usage errors";
+
+/// metallb-rs command line.
+#[derive(Debug, Parser)]
+#[command(name = "metallbctl", version, about, after_help = EXIT_STATUS)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate MetalLB configuration files offline, as the daemons and the
+    /// API server would.
+    #[command(after_help = EXIT_STATUS)]
+    Validate(validate::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Validate(args) => validate::run(args),
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("metallbctl: {e:#}");
+        ExitCode::from(validate::EXIT_LOAD_ERROR)
+    })
+}

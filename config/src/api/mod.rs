@@ -8,7 +8,11 @@
 
 mod duration;
 mod schema;
+// `#[kube(printcolumn(...))]` repeats keys such as `type_ = "string"`, which
+// clippy mistakes for duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 pub mod v1beta1;
+#[allow(clippy::duplicated_attributes)]
 pub mod v1beta2;
 
 pub use duration::{Duration, DurationParseError};
