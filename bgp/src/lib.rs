@@ -1,4 +1,13 @@
-//! Native BGP-4 speaker for metallb-rs: wire codec, pure session state machine,
-//! Adj-RIB-Out and the socket driver. Knows nothing of Kubernetes.
+//! Native BGP-4 speaker for metallb-rs. Knows nothing of Kubernetes.
 //!
-//! Not built yet: see the bgp crate issue.
+//! Built so far: [`wire`], the pure codec (framing, OPEN, UPDATE,
+//! NOTIFICATION, KEEPALIVE and ROUTE-REFRESH messages, capabilities and
+//! their negotiation, path attributes, the one `Notification` error enum,
+//! RFC 7606 validation of received UPDATEs, and UPDATE packing for the
+//! Adj-RIB-Out).
+//!
+//! Not built yet (see the bgp crate issue): the session state machine, the
+//! transport (sockets, TCP MD5, TTL), the Adj-RIB-Out, session state and
+//! metrics, and `metallbctl bgp-probe`.
+
+pub mod wire;
