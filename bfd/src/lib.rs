@@ -1,4 +1,40 @@
-//! Native BFD (RFC 5880/5881/5883 and echo) for metallb-rs: packet codec, pure
-//! session state machine and the timer/socket edge. Knows nothing of Kubernetes or BGP.
+//! Native BFD for metallb-rs: RFC 5880 (asynchronous mode and the echo
+//! function), RFC 5881 (single hop), RFC 5883 (multihop), RFC 5882 (client
+//! rules). Knows nothing of Kubernetes or BGP: clients acquire sessions and
+//! read state changes.
 //!
-//! Not built yet: see the bfd crate issue.
+//! What exists is the pure core (Sans-IO: no sockets, no timers, no clock,
+//! no OS randomness; time is passed in as `u64` nanoseconds and randomness as
+//! seeds):
+//!
+//! - [`packet`]: the control packet codec with every packet-only reception
+//!   check of RFC 5880 §6.8.6 ([`ControlPacket::decode`]; authenticated packets
+//!   are parsed structurally and refused), and our echo packet format
+//!   ([`EchoPacket`]). Never panics, never allocates.
+//! - [`session`]: the state machine, `Session::handle(Event, now) ->
+//!   Vec<Action>`, with the negotiation, Poll/Final, jitter, detection,
+//!   passive mode, echo and diagnostics rules documented there.
+//! - [`registry`]: sessions by discriminator and by [`SessionKey`], shared by
+//!   several clients with merged [`Parameters`], and demultiplexing of
+//!   received packets.
+//! - [`path`]: [`SessionKey`], ports, source port range and TTL checks of
+//!   RFC 5881 / 5883.
+//! - [`params`]: [`Parameters`], mirroring MetalLB's `BFDProfile`.
+//! - [`rng`]: the seeded generator behind discriminators and jitter.
+//!
+//! Not built yet: the runtime edge (sockets on 3784/4784/3785, AF_PACKET for
+//! echo, the timer loop, the per-session watch, metrics) and
+//! `metallbctl bfd-probe`.
+
+pub mod packet;
+pub mod params;
+pub mod path;
+pub mod registry;
+pub mod rng;
+pub mod session;
+
+pub use packet::{ControlPacket, Diagnostic, EchoPacket, PacketError, State};
+pub use params::{ParamError, Parameters};
+pub use path::{Hop, SessionKey};
+pub use registry::{ClientId, Registry, RegistryError, RxDrop, RxMeta};
+pub use session::{Action, Cause, ClientAction, Event, Session, StateChange, Timer};
