@@ -1,0 +1,309 @@
+//! Per-session configuration of the FSM, its checks, and the timer rules.
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::serde_wire;
+use crate::wire::{
+    Capabilities, Capability, ExtendedNextHop, Family, GracefulRestart, HoldTime, Open,
+};
+
+/// Hold time when none is configured (RFC 4271 suggests 90 s; MetalLB's).
+pub const DEFAULT_HOLD_TIME: u16 = 90;
+/// The hold timer of OpenSent (RFC 4271 8.2.2 suggests 4 minutes).
+pub const OPEN_SENT_HOLD_TIME: Duration = Duration::from_secs(240);
+/// The first connect retry delay of the exponential schedule.
+pub const CONNECT_RETRY_INITIAL: Duration = Duration::from_secs(1);
+/// The cap of the exponential connect retry schedule.
+pub const CONNECT_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// How the peer's AS is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeerAs {
+    /// `peerASN`: the peer's AS must be this one.
+    Fixed(u32),
+    /// `dynamicASN: internal`: the peer's AS must be ours.
+    Internal,
+    /// `dynamicASN: external`: the peer's AS must differ from ours.
+    External,
+}
+
+/// A capability without which the session is refused with OPEN Message
+/// Error/Unsupported Capability (RFC 5492). None is required by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequiredCapability {
+    Multiprotocol(#[serde(with = "serde_wire::family")] Family),
+    RouteRefresh,
+    EnhancedRouteRefresh,
+    FourOctetAs,
+    GracefulRestart,
+    ExtendedMessage,
+}
+
+impl RequiredCapability {
+    /// Whether the peer's capabilities satisfy this requirement.
+    pub fn is_met(&self, peer: &Capabilities) -> bool {
+        match self {
+            RequiredCapability::Multiprotocol(f) => peer.multiprotocol.contains(f),
+            RequiredCapability::RouteRefresh => peer.any_route_refresh(),
+            RequiredCapability::EnhancedRouteRefresh => peer.enhanced_route_refresh,
+            RequiredCapability::FourOctetAs => peer.four_octet_as.is_some(),
+            RequiredCapability::GracefulRestart => peer.graceful_restart.is_some(),
+            RequiredCapability::ExtendedMessage => peer.extended_message,
+        }
+    }
+
+    /// The capability as we would advertise it: the data of the
+    /// Unsupported Capability NOTIFICATION lists these.
+    pub fn capability(&self, local_as: u32) -> Capability {
+        match self {
+            RequiredCapability::Multiprotocol(f) => Capability::Multiprotocol(*f),
+            RequiredCapability::RouteRefresh => Capability::RouteRefresh,
+            RequiredCapability::EnhancedRouteRefresh => Capability::EnhancedRouteRefresh,
+            RequiredCapability::FourOctetAs => Capability::FourOctetAs(local_as),
+            RequiredCapability::GracefulRestart => {
+                Capability::GracefulRestart(GracefulRestart::default())
+            }
+            RequiredCapability::ExtendedMessage => Capability::ExtendedMessage,
+        }
+    }
+}
+
+/// A configuration the FSM refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("hold time of {0} s is not allowed: use 0 (no keepalives) or at least 3 s")]
+    HoldTime(u16),
+    #[error("keepalive time of {keepalive} s is longer than the hold time of {hold} s")]
+    KeepaliveAboveHold { keepalive: u16, hold: u16 },
+    #[error("connect time must be at least 1 s")]
+    ConnectTimeZero,
+    #[error("AS 0 is reserved (RFC 7607) and cannot be our AS")]
+    LocalAsZero,
+    #[error("AS 0 is reserved (RFC 7607) and cannot be the peer's AS")]
+    PeerAsZero,
+    #[error("no address family to offer")]
+    NoFamilies,
+}
+
+/// One session's configuration. [`Config::new`] gives the defaults.
+///
+/// The optional session attributes of RFC 4271 section 8.1.1 are named
+/// here as [`Config`] fields or constants in [`super`]; see the module
+/// documentation for the full list of implemented and ignored ones.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Config {
+    /// `myASN`.
+    pub my_as: u32,
+    /// `localASN`: the AS sent in our OPEN (and used for the iBGP/eBGP
+    /// decision) in place of `my_as`.
+    pub local_as: Option<u32>,
+    pub peer_as: PeerAs,
+    /// `routerID` (see [`super::router_id`] for the rule when unset).
+    pub router_id: Option<Ipv4Addr>,
+    /// This node's name: the last resort of the router ID rule.
+    pub node_name: String,
+    /// `holdTime` in seconds: 0 or at least 3; [`DEFAULT_HOLD_TIME`] when
+    /// unset.
+    pub hold_time: Option<u16>,
+    /// `keepaliveTime` in seconds; the keepalive interval is the smaller of
+    /// this and a third of the negotiated hold time. 0 counts as unset.
+    pub keepalive_time: Option<u16>,
+    /// `connectTime` in seconds: a fixed connect retry interval. Unset:
+    /// exponential from [`CONNECT_RETRY_INITIAL`] doubling to
+    /// [`CONNECT_RETRY_MAX`].
+    pub connect_time: Option<u16>,
+    /// RFC 4271 PassiveTcpEstablishment: on start, wait for the peer to
+    /// connect (Active) instead of connecting (Connect).
+    pub passive_tcp_establishment: bool,
+    /// RFC 4271 AllowAutomaticStart: after an error, restart by itself
+    /// after the IdleHold delay.
+    pub allow_automatic_start: bool,
+    /// Families offered with the multiprotocol capability, in order.
+    #[serde(with = "serde_wire::families")]
+    pub families: Vec<Family>,
+    /// Offer route refresh (RFC 2918).
+    pub route_refresh: bool,
+    /// Offer enhanced route refresh (RFC 7313): the Adj-RIB-Out must then
+    /// wrap refresh answers in BoRR/EoRR.
+    pub enhanced_route_refresh: bool,
+    /// Offer extended messages (RFC 8654).
+    pub extended_message: bool,
+    /// Extended next hop tuples offered (RFC 8950).
+    #[serde(with = "serde_wire::extended_next_hops")]
+    pub extended_next_hop: Vec<ExtendedNextHop>,
+    /// The graceful restart capability offered (RFC 4724, N bit of RFC 8538).
+    #[serde(with = "serde_wire::opt_graceful_restart")]
+    pub graceful_restart: Option<GracefulRestart>,
+    /// Capabilities the peer must offer.
+    pub required_capabilities: Vec<RequiredCapability>,
+}
+
+impl Config {
+    /// Defaults: IPv4 and IPv6 unicast, route refresh, extended messages,
+    /// the 4-octet AS capability (always sent), active connection, automatic
+    /// restart, no graceful restart, nothing required.
+    pub fn new(my_as: u32, peer_as: PeerAs, node_name: impl Into<String>) -> Self {
+        Config {
+            my_as,
+            local_as: None,
+            peer_as,
+            router_id: None,
+            node_name: node_name.into(),
+            hold_time: None,
+            keepalive_time: None,
+            connect_time: None,
+            passive_tcp_establishment: false,
+            allow_automatic_start: true,
+            families: vec![Family::IPV4_UNICAST, Family::IPV6_UNICAST],
+            route_refresh: true,
+            enhanced_route_refresh: false,
+            extended_message: true,
+            extended_next_hop: Vec::new(),
+            graceful_restart: None,
+            required_capabilities: Vec::new(),
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.my_as == 0 || self.local_as == Some(0) {
+            return Err(ConfigError::LocalAsZero);
+        }
+        if self.peer_as == PeerAs::Fixed(0) {
+            return Err(ConfigError::PeerAsZero);
+        }
+        let hold = self.hold_time();
+        if let Some(h) = self.hold_time
+            && HoldTime::new(h).is_none()
+        {
+            return Err(ConfigError::HoldTime(h));
+        }
+        if let Some(k) = self.keepalive_time
+            && hold.seconds() != 0
+            && k > hold.seconds()
+        {
+            return Err(ConfigError::KeepaliveAboveHold {
+                keepalive: k,
+                hold: hold.seconds(),
+            });
+        }
+        if self.connect_time == Some(0) {
+            return Err(ConfigError::ConnectTimeZero);
+        }
+        if self.families.is_empty() {
+            return Err(ConfigError::NoFamilies);
+        }
+        Ok(())
+    }
+
+    /// The AS we present: `localASN`, else `myASN`.
+    pub fn effective_local_as(&self) -> u32 {
+        self.local_as.unwrap_or(self.my_as)
+    }
+
+    /// The hold time we offer.
+    pub fn hold_time(&self) -> HoldTime {
+        self.hold_time
+            .and_then(HoldTime::new)
+            .unwrap_or(HoldTime::DEFAULT)
+    }
+
+    /// The capabilities we offer. The 4-octet AS capability is always
+    /// there, carrying the AS we present.
+    pub fn local_capabilities(&self) -> Capabilities {
+        Capabilities {
+            multiprotocol: self.families.clone(),
+            route_refresh: self.route_refresh,
+            route_refresh_old: false,
+            enhanced_route_refresh: self.enhanced_route_refresh,
+            four_octet_as: Some(self.effective_local_as()),
+            graceful_restart: self.graceful_restart.clone(),
+            extended_message: self.extended_message,
+            extended_next_hop: self.extended_next_hop.clone(),
+            unknown: Vec::new(),
+        }
+    }
+
+    /// Our OPEN: the AS we present (AS_TRANS in My AS when it does not fit
+    /// 2 octets), our hold time, `router_id`, our capabilities.
+    pub fn open_message(&self, router_id: Ipv4Addr) -> Open {
+        Open::new(
+            self.effective_local_as(),
+            self.hold_time(),
+            router_id,
+            self.local_capabilities().to_capabilities(),
+        )
+    }
+
+    /// The delay of connection attempt `attempt` (0 after a manual start or
+    /// an Established session): `connectTime` when set, else 1 s doubling to
+    /// the 30 s cap (1, 2, 4, 8, 16, 30, 30, ...).
+    pub fn connect_retry_delay(&self, attempt: u32) -> Duration {
+        if let Some(fixed) = self.connect_time {
+            return Duration::from_secs(u64::from(fixed));
+        }
+        let factor = 1u32.checked_shl(attempt).unwrap_or(u32::MAX);
+        CONNECT_RETRY_INITIAL
+            .saturating_mul(factor)
+            .min(CONNECT_RETRY_MAX)
+    }
+
+    /// Hold time and keepalive interval (seconds) for a peer offering
+    /// `peer_hold`: the smaller hold time; keepalive the smaller of the
+    /// configured keepalive and a third of it; both 0 when it is 0.
+    pub fn negotiate_timers(&self, peer_hold: HoldTime) -> (u16, u16) {
+        let hold = self.hold_time().seconds().min(peer_hold.seconds());
+        if hold == 0 {
+            return (0, 0);
+        }
+        let third = hold / 3;
+        let keepalive = match self.keepalive_time {
+            Some(k) if k > 0 => k.min(third),
+            _ => third,
+        };
+        (hold, keepalive.max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation() {
+        let ok = Config::new(64512, PeerAs::Fixed(64513), "n");
+        assert_eq!(ok.validate(), Ok(()));
+        let mut c = ok.clone();
+        c.hold_time = Some(2);
+        assert_eq!(c.validate(), Err(ConfigError::HoldTime(2)));
+        let mut c = ok.clone();
+        c.hold_time = Some(30);
+        c.keepalive_time = Some(31);
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::KeepaliveAboveHold { .. })
+        ));
+        let mut c = ok.clone();
+        c.connect_time = Some(0);
+        assert_eq!(c.validate(), Err(ConfigError::ConnectTimeZero));
+        let mut c = ok.clone();
+        c.local_as = Some(0);
+        assert_eq!(c.validate(), Err(ConfigError::LocalAsZero));
+        let c = Config::new(1, PeerAs::Fixed(0), "n");
+        assert_eq!(c.validate(), Err(ConfigError::PeerAsZero));
+        let mut c = ok;
+        c.families.clear();
+        assert_eq!(c.validate(), Err(ConfigError::NoFamilies));
+    }
+
+    #[test]
+    fn retry_delay_saturates() {
+        let c = Config::new(1, PeerAs::Internal, "n");
+        assert_eq!(c.connect_retry_delay(200), CONNECT_RETRY_MAX);
+        assert_eq!(c.connect_retry_delay(0), CONNECT_RETRY_INITIAL);
+    }
+}

@@ -1,0 +1,429 @@
+//! The FSM's vocabulary: connection identities, timers, inputs, outputs and
+//! the reasons it reports. Everything here serializes (replayable logs).
+
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::serde_wire;
+use crate::state::{FamilyDisabled, FsmState};
+use crate::wire::{
+    Capabilities, DecodeContext, EncodeContext, Family, Message, Negotiated, Notification,
+};
+
+/// Who opened a TCP connection (RFC 4271 section 6.8 keeps the one opened
+/// by the speaker with the higher BGP Identifier).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// We connected to the peer.
+    Active,
+    /// The peer connected to us.
+    Passive,
+}
+
+/// One TCP connection of a session. The FSM numbers the connections it asks
+/// for ([`Output::Connect`], role Active); the driver numbers the ones it
+/// accepts (role Passive). Sequence numbers never repeat within a role, so
+/// an event about a connection that is gone is recognised and ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ConnId {
+    pub role: Role,
+    pub seq: u64,
+}
+
+impl ConnId {
+    pub const fn active(seq: u64) -> Self {
+        ConnId {
+            role: Role::Active,
+            seq,
+        }
+    }
+
+    pub const fn passive(seq: u64) -> Self {
+        ConnId {
+            role: Role::Passive,
+            seq,
+        }
+    }
+}
+
+impl fmt::Display for ConnId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let role = match self.role {
+            Role::Active => "active",
+            Role::Passive => "passive",
+        };
+        write!(f, "{role}#{}", self.seq)
+    }
+}
+
+/// The timers the FSM runs. The driver keeps at most one of each; setting
+/// one that runs restarts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Timer {
+    /// ConnectRetryTimer (RFC 4271 8.1.1): how long a TCP connection
+    /// attempt may take before it is abandoned and retried.
+    ConnectRetry,
+    /// IdleHoldTimer (RFC 4271 8.1.1, event 13): the delay before the
+    /// automatic restart that follows an error.
+    IdleHold,
+    /// HoldTimer of one connection.
+    Hold { conn: ConnId },
+    /// KeepaliveTimer of one connection.
+    Keepalive { conn: ConnId },
+}
+
+/// What the driver tells the FSM. Each variant names the RFC 4271 event
+/// (section 8.1) it stands for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "input", rename_all = "snake_case")]
+pub enum Input {
+    /// Event 1 (or 4 with PassiveTcpEstablishment): the operator starts
+    /// the session. Resets the connect retry schedule.
+    ManualStart,
+    /// Event 3 (or 5 with PassiveTcpEstablishment).
+    AutomaticStart,
+    /// Event 2: stop, with a reason for the log; sends Cease/Administrative
+    /// Shutdown without a message. The session stays Idle until started.
+    ManualStop { reason: String },
+    /// Event 2 with an RFC 9003 Shutdown Communication sent to the peer.
+    AdminShutdown { message: String },
+    /// Event 2: the peer was removed from the configuration; sends
+    /// Cease/Peer De-configured.
+    Deconfigured,
+    /// Event 2 for a planned restart of this speaker: with graceful
+    /// restart negotiated the peer is left to keep our routes (no
+    /// NOTIFICATION, or Cease/Administrative Reset when the RFC 8538 N bit
+    /// was negotiated); `hard` asks the peer to drop them instead.
+    PlannedRestart { message: String, hard: bool },
+    /// Event 8 (AutomaticStop), for the BFD coupling: drop the session at
+    /// once, sending Cease/BFD Down (RFC 9384) best effort; the session
+    /// restarts by itself after the IdleHold delay.
+    Reset { reason: String },
+    /// Event 9.
+    ConnectRetryTimerExpired,
+    /// Event 13.
+    IdleHoldTimerExpired,
+    /// Event 10.
+    HoldTimerExpired { conn: ConnId },
+    /// Event 11.
+    KeepaliveTimerExpired { conn: ConnId },
+    /// Event 16 (Tcp_CR_Acked): a connection asked for with
+    /// [`Output::Connect`] is up. `interface_v4` is the first IPv4 address
+    /// of the interface that holds `local` (for the router ID rule).
+    TcpCrAcked {
+        conn: ConnId,
+        local: SocketAddr,
+        remote: SocketAddr,
+        #[serde(default)]
+        interface_v4: Option<Ipv4Addr>,
+    },
+    /// Event 17 (TcpConnectionConfirmed): the peer connected to us (the
+    /// driver accepted it and gave it a [`ConnId::passive`] id).
+    TcpConnectionConfirmed {
+        conn: ConnId,
+        local: SocketAddr,
+        remote: SocketAddr,
+        #[serde(default)]
+        interface_v4: Option<Ipv4Addr>,
+    },
+    /// Event 18: the connection failed or closed (or the attempt failed).
+    TcpConnectionFails { conn: ConnId },
+    /// Events 19, 24-27 and ROUTE-REFRESH: a message decoded with the
+    /// connection's current [`DecodeContext`].
+    MessageReceived {
+        conn: ConnId,
+        #[serde(with = "serde_wire::message")]
+        message: Message,
+    },
+    /// Events 21, 22 and 28: framing or decoding failed with this error.
+    DecodeError {
+        conn: ConnId,
+        #[serde(with = "serde_wire::notification")]
+        notification: Notification,
+    },
+    /// The driver wrote an UPDATE: the KeepaliveTimer restarts (RFC 4271
+    /// 8.2.2, Established). Optional.
+    UpdateSent { conn: ConnId },
+}
+
+impl Input {
+    /// The input that reports the expiry of `timer`.
+    pub fn timer_expired(timer: Timer) -> Input {
+        match timer {
+            Timer::ConnectRetry => Input::ConnectRetryTimerExpired,
+            Timer::IdleHold => Input::IdleHoldTimerExpired,
+            Timer::Hold { conn } => Input::HoldTimerExpired { conn },
+            Timer::Keepalive { conn } => Input::KeepaliveTimerExpired { conn },
+        }
+    }
+}
+
+/// What the FSM asks of the driver, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "output", rename_all = "snake_case")]
+pub enum Output {
+    /// Open a TCP connection to the peer and report it with
+    /// [`Input::TcpCrAcked`] or [`Input::TcpConnectionFails`].
+    Connect { conn: ConnId },
+    /// Close the connection after writing what was queued for it (a
+    /// NOTIFICATION just sent, best effort), or abandon the attempt.
+    CloseConnection { conn: ConnId },
+    /// Write a message on the connection.
+    Send {
+        conn: ConnId,
+        #[serde(with = "serde_wire::message")]
+        message: Message,
+    },
+    /// Start the timer, or restart it if it runs.
+    SetTimer { timer: Timer, duration: Duration },
+    /// Stop the timer; its expiry must not be reported.
+    CancelTimer { timer: Timer },
+    /// The peer's OPEN was accepted on `conn`: decode and encode with these
+    /// contexts from now on, and show the result in state.
+    Negotiated(Box<SessionParams>),
+    /// The session is up on `conn`.
+    Established { conn: ConnId },
+    /// The session state changed; `reason` is the event that did it.
+    StateChanged {
+        from: FsmState,
+        to: FsmState,
+        reason: FsmEvent,
+    },
+    /// The session ended (from OpenSent, OpenConfirm or Established).
+    /// When `was_established`, the Adj-RIB-Out is void: everything is sent
+    /// again after the next Established.
+    SessionDown {
+        conn: ConnId,
+        reason: DownReason,
+        notification: Option<NotificationEvent>,
+        was_established: bool,
+    },
+    /// Send the whole Adj-RIB-Out for these families (then End-of-RIB):
+    /// after Established, or after a ROUTE-REFRESH request.
+    SendInitialUpdates {
+        conn: ConnId,
+        #[serde(with = "serde_wire::families")]
+        families: Vec<Family>,
+        cause: ResendCause,
+    },
+}
+
+/// Why the Adj-RIB-Out is sent in full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResendCause {
+    Established,
+    RouteRefresh,
+}
+
+/// Which way a NOTIFICATION went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    Sent,
+    Received,
+}
+
+/// A NOTIFICATION that ended a session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotificationEvent {
+    pub direction: Direction,
+    #[serde(with = "serde_wire::notification")]
+    pub notification: Notification,
+}
+
+impl NotificationEvent {
+    pub fn sent(notification: Notification) -> Self {
+        Self {
+            direction: Direction::Sent,
+            notification,
+        }
+    }
+
+    pub fn received(notification: Notification) -> Self {
+        Self {
+            direction: Direction::Received,
+            notification,
+        }
+    }
+}
+
+/// Why a session went down.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum DownReason {
+    ManualStop {
+        reason: String,
+    },
+    AdminShutdown {
+        message: String,
+    },
+    Deconfigured,
+    PlannedRestart {
+        message: String,
+        hard: bool,
+    },
+    /// [`Input::Reset`] (BFD down).
+    Reset {
+        reason: String,
+    },
+    HoldTimerExpired,
+    /// The TCP connection failed or was closed by the peer.
+    ConnectionClosed,
+    /// The peer sent a NOTIFICATION.
+    NotificationReceived,
+    /// The peer's OPEN was refused.
+    OpenRejected,
+    /// A message could not be framed or decoded (or an UPDATE needed a
+    /// session reset under RFC 7606).
+    MessageError,
+    /// A message the state does not allow (RFC 6608).
+    UnexpectedMessage {
+        message_type: u8,
+    },
+}
+
+impl fmt::Display for DownReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DownReason::ManualStop { reason } => write!(f, "stopped: {reason}"),
+            DownReason::AdminShutdown { message } => {
+                write!(f, "administrative shutdown: {message}")
+            }
+            DownReason::Deconfigured => f.write_str("peer de-configured"),
+            DownReason::PlannedRestart { hard: false, .. } => f.write_str("planned restart"),
+            DownReason::PlannedRestart { hard: true, .. } => f.write_str("planned restart (hard)"),
+            DownReason::Reset { reason } => write!(f, "reset: {reason}"),
+            DownReason::HoldTimerExpired => f.write_str("hold timer expired"),
+            DownReason::ConnectionClosed => f.write_str("TCP connection closed"),
+            DownReason::NotificationReceived => f.write_str("NOTIFICATION received"),
+            DownReason::OpenRejected => f.write_str("peer's OPEN refused"),
+            DownReason::MessageError => f.write_str("malformed message"),
+            DownReason::UnexpectedMessage { message_type } => {
+                write!(f, "unexpected message of type {message_type}")
+            }
+        }
+    }
+}
+
+/// The RFC 4271 section 8.1 events, by name, as reported in
+/// [`Output::StateChanged`]. `RouteRefreshMsg` is not an RFC 4271 event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FsmEvent {
+    ManualStart,
+    ManualStop,
+    AutomaticStart,
+    ManualStartWithPassiveTcpEstablishment,
+    AutomaticStartWithPassiveTcpEstablishment,
+    AutomaticStop,
+    ConnectRetryTimerExpires,
+    HoldTimerExpires,
+    KeepaliveTimerExpires,
+    IdleHoldTimerExpires,
+    TcpCrAcked,
+    TcpConnectionConfirmed,
+    TcpConnectionFails,
+    BgpOpen,
+    BgpHeaderErr,
+    BgpOpenMsgErr,
+    OpenCollisionDump,
+    NotifMsgVerErr,
+    NotifMsg,
+    KeepAliveMsg,
+    UpdateMsg,
+    UpdateMsgErr,
+    RouteRefreshMsg,
+    /// Not an event: the driver reported an UPDATE written.
+    UpdateSent,
+}
+
+impl FsmEvent {
+    /// The event number of RFC 4271 section 8.1.
+    pub fn number(self) -> Option<u8> {
+        use FsmEvent::*;
+        Some(match self {
+            ManualStart => 1,
+            ManualStop => 2,
+            AutomaticStart => 3,
+            ManualStartWithPassiveTcpEstablishment => 4,
+            AutomaticStartWithPassiveTcpEstablishment => 5,
+            AutomaticStop => 8,
+            ConnectRetryTimerExpires => 9,
+            HoldTimerExpires => 10,
+            KeepaliveTimerExpires => 11,
+            IdleHoldTimerExpires => 13,
+            TcpCrAcked => 16,
+            TcpConnectionConfirmed => 17,
+            TcpConnectionFails => 18,
+            BgpOpen => 19,
+            BgpHeaderErr => 21,
+            BgpOpenMsgErr => 22,
+            OpenCollisionDump => 23,
+            NotifMsgVerErr => 24,
+            NotifMsg => 25,
+            KeepAliveMsg => 26,
+            UpdateMsg => 27,
+            UpdateMsgErr => 28,
+            RouteRefreshMsg | UpdateSent => return None,
+        })
+    }
+}
+
+/// A family we offered that the session does not carry, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DisabledFamily {
+    #[serde(with = "serde_wire::family")]
+    pub family: Family,
+    pub reason: FamilyDisabled,
+    /// For people, e.g. "peer did not offer MP IPv6 unicast".
+    pub text: String,
+}
+
+/// What the OPEN exchange settled on one connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionParams {
+    pub conn: ConnId,
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    /// The AS we present (localASN, else myASN).
+    pub local_as: u32,
+    /// The peer's AS (its 4-octet AS capability, else My AS).
+    pub peer_as: u32,
+    pub ibgp: bool,
+    pub local_id: Ipv4Addr,
+    pub peer_id: Ipv4Addr,
+    /// Negotiated hold time in seconds; 0: no hold timer, no keepalives.
+    pub hold_time: u16,
+    /// Keepalive interval in seconds; 0 when the hold time is 0.
+    pub keepalive_time: u16,
+    #[serde(with = "serde_wire::negotiated")]
+    pub negotiated: Negotiated,
+    /// What the peer offered (unknown capabilities included).
+    #[serde(with = "serde_wire::capabilities")]
+    pub peer_capabilities: Capabilities,
+    pub families_disabled: Vec<DisabledFamily>,
+    #[serde(with = "serde_wire::decode_context")]
+    pub decode: DecodeContext,
+    #[serde(with = "serde_wire::encode_context")]
+    pub encode: EncodeContext,
+}
+
+impl SessionParams {
+    /// The families the session carries.
+    pub fn families(&self) -> &[Family] {
+        &self.negotiated.families
+    }
+
+    /// Both sides set the RFC 8538 N bit.
+    pub fn notification_gr(&self) -> bool {
+        self.negotiated
+            .graceful_restart
+            .as_ref()
+            .is_some_and(|gr| gr.notification)
+    }
+}

@@ -1,0 +1,226 @@
+//! Silent link cuts with nftables drop rules inside a namespace.
+//!
+//! A cut must look like a pulled cable or a dead switch port to every
+//! process: no link event (so not `ip link set down`, which routers notice),
+//! and no error to local senders. That rules out `inet` output rules: a drop
+//! on the `output` hook makes the sender's `sendto()` fail with EPERM (BFD
+//! and other UDP senders see it at once). The kit therefore drops at the
+//! device with `netdev` ingress/egress hooks (an egress drop looks like a
+//! qdisc drop: UDP senders see success, TCP retransmits), or, for a cut of
+//! a switch port, with a `bridge` table in the switch namespace, which the
+//! endpoints cannot see at all.
+//!
+//! Every rule the kit adds carries the comment `testkit cut <n>`;
+//! [`Cut::restore`] deletes exactly the rules (by handle) that the cut added.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use anyhow::{Context, ensure};
+
+use crate::Result;
+use crate::netns::Netns;
+
+/// The nftables table the kit uses in each namespace (family `netdev` in
+/// lab namespaces, `bridge` in the switch namespace).
+pub const TABLE: &str = "testkit";
+/// Priority of the kit's base chains: before everything else.
+const PRIORITY: i32 = -500;
+
+static NEXT_ID: AtomicU32 = AtomicU32::new(1);
+
+/// An active cut: the drop rules it added. [`Cut::restore`] (or dropping
+/// the handle) deletes exactly those rules.
+#[derive(Debug)]
+pub struct Cut {
+    ns: Netns,
+    family: &'static str,
+    rules: Vec<(String, u64)>,
+    what: String,
+    active: bool,
+}
+
+impl Cut {
+    /// What was cut, for messages: `interface mlb1-eth0 in mlb1-node-1`.
+    pub fn describe(&self) -> &str {
+        &self.what
+    }
+
+    /// `(chain, handle)` of each rule the cut added.
+    pub fn rules(&self) -> &[(String, u64)] {
+        &self.rules
+    }
+
+    /// Removes the cut's rules, and only those.
+    pub fn restore(mut self) -> Result<()> {
+        self.remove()
+    }
+
+    fn remove(&mut self) -> Result<()> {
+        if !self.active {
+            return Ok(());
+        }
+        self.active = false;
+        if !self.ns.exists() {
+            return Ok(());
+        }
+        for (chain, handle) in &self.rules {
+            let h = handle.to_string();
+            self.ns
+                .run(
+                    "nft",
+                    &["delete", "rule", self.family, TABLE, chain, "handle", &h],
+                )
+                .with_context(|| format!("restoring {}", self.what))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Cut {
+    fn drop(&mut self) {
+        if let Err(e) = self.remove() {
+            eprintln!("testkit: could not restore a cut: {e:#}");
+        }
+    }
+}
+
+fn chain_name(dir: &str, ifname: &str) -> String {
+    let safe: String = ifname
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("{dir}_{safe}")
+}
+
+/// Creates (idempotently) the netdev table and an ingress or egress base
+/// chain bound to `ifname`; returns the chain name.
+fn netdev_chain(ns: &Netns, hook: &str, ifname: &str) -> Result<String> {
+    let chain = chain_name(if hook == "ingress" { "in" } else { "out" }, ifname);
+    ns.run("nft", &[format!("add table netdev {TABLE}")])?;
+    ns.run(
+        "nft",
+        &[format!(
+            "add chain netdev {TABLE} {chain} {{ type filter hook {hook} device \"{ifname}\" priority {PRIORITY}; policy accept; }}"
+        )],
+    )?;
+    Ok(chain)
+}
+
+/// Adds `rule` to `chain` and returns its handle (`nft -e -a` echoes it).
+fn add_rule(ns: &Netns, family: &str, chain: &str, rule: &str, id: u32) -> Result<u64> {
+    let out = ns.run(
+        "nft",
+        &[
+            "-e".to_string(),
+            "-a".to_string(),
+            format!("add rule {family} {TABLE} {chain} {rule} comment \"testkit cut {id}\""),
+        ],
+    )?;
+    parse_handle(&out).with_context(|| format!("no handle in nft's echo: {out}"))
+}
+
+fn parse_handle(echo: &str) -> Option<u64> {
+    echo.lines()
+        .find_map(|l| l.rsplit_once("# handle ").map(|(_, h)| h.trim()))
+        .and_then(|h| h.split_whitespace().next()?.parse().ok())
+}
+
+fn new_cut(ns: &Netns, family: &'static str, what: String) -> Cut {
+    Cut {
+        ns: ns.clone(),
+        family,
+        rules: Vec::new(),
+        what,
+        active: true,
+    }
+}
+
+pub(crate) fn cut_interface(ns: &Netns, ifname: &str) -> Result<Cut> {
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let mut cut = new_cut(ns, "netdev", format!("interface {ifname} in {}", ns.name()));
+    for hook in ["ingress", "egress"] {
+        let chain = netdev_chain(ns, hook, ifname)?;
+        let h = add_rule(ns, "netdev", &chain, "drop", id)?;
+        cut.rules.push((chain, h));
+    }
+    Ok(cut)
+}
+
+pub(crate) fn cut_address(ns: &Netns, addr: IpAddr) -> Result<Cut> {
+    ensure!(
+        crate::plan::is_allowed_addr(addr),
+        "cut address {addr} is outside the lab's ranges"
+    );
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let mut cut = new_cut(ns, "netdev", format!("address {addr} in {}", ns.name()));
+    let fam = if addr.is_ipv4() { "ip" } else { "ip6" };
+    let ifaces: Vec<String> = ns.link_names()?.into_iter().filter(|n| n != "lo").collect();
+    ensure!(
+        !ifaces.is_empty(),
+        "namespace {} has no interface to cut {addr} on",
+        ns.name()
+    );
+    for ifname in &ifaces {
+        let chain = netdev_chain(ns, "ingress", ifname)?;
+        let h = add_rule(
+            ns,
+            "netdev",
+            &chain,
+            &format!("{fam} saddr {addr} drop"),
+            id,
+        )?;
+        cut.rules.push((chain, h));
+        let chain = netdev_chain(ns, "egress", ifname)?;
+        let h = add_rule(
+            ns,
+            "netdev",
+            &chain,
+            &format!("{fam} daddr {addr} drop"),
+            id,
+        )?;
+        cut.rules.push((chain, h));
+    }
+    Ok(cut)
+}
+
+/// Cuts bridge port `port` in the switch namespace `sw`: frames from and to
+/// that port are dropped by the bridge (prerouting, postrouting and output
+/// hooks of a `bridge` table), invisibly to both ends.
+pub(crate) fn cut_bridge_port(sw: &Netns, port: &str) -> Result<Cut> {
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let mut cut = new_cut(sw, "bridge", format!("switch port {port} in {}", sw.name()));
+    sw.run("nft", &[format!("add table bridge {TABLE}")])?;
+    for (chain, hook, rule) in [
+        ("pre", "prerouting", format!("iifname \"{port}\" drop")),
+        ("post", "postrouting", format!("oifname \"{port}\" drop")),
+        ("out", "output", format!("oifname \"{port}\" drop")),
+    ] {
+        sw.run(
+            "nft",
+            &[format!(
+                "add chain bridge {TABLE} {chain} {{ type filter hook {hook} priority {PRIORITY}; policy accept; }}"
+            )],
+        )?;
+        let h = add_rule(sw, "bridge", chain, &rule, id)?;
+        cut.rules.push((chain.to_string(), h));
+    }
+    Ok(cut)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handle_is_parsed_from_the_echo() {
+        let echo = "add rule netdev testkit in_x drop comment \"testkit cut 1\" # handle 7\n# new generation 5 by process 1 (nft)\n";
+        assert_eq!(parse_handle(echo), Some(7));
+        assert_eq!(parse_handle("nothing"), None);
+    }
+
+    #[test]
+    fn chain_names_are_identifiers() {
+        assert_eq!(chain_name("in", "mlb12-eth0"), "in_mlb12_eth0");
+    }
+}
