@@ -1,4 +1,39 @@
-//! ARP and NDP responder for metallb-rs layer-2 mode, on raw sockets and netlink.
+//! ARP and NDP responder for metallb-rs layer-2 mode.
 //! Knows nothing of Kubernetes: the speaker tells it which IPs to own where.
 //!
-//! Not built yet: see the arp-ndp crate issue.
+//! The pure core (no I/O, no clock; tested without privileges):
+//! - [`packet`]: Ethernet, ARP (requests, replies, the gratuitous request
+//!   and reply forms) and IPv6 Neighbor Solicitation / Advertisement
+//!   codecs, the ICMPv6 checksum, RFC 4861 7.1.1 validation, solicited-node
+//!   addresses and their MACs.
+//! - [`responder`]: reply-or-drop decisions for received frames, with drop
+//!   reasons as counters (Override set in our NAs, on purpose).
+//! - [`announce`]: the gratuitous burst scheduler (`now` in, frames and the
+//!   next wakeup out; an unchanged re-sync sends nothing).
+//! - [`interfaces`]: eligibility rules and MetalLB's exclusion regex list
+//!   (`excludel2.yaml`).
+//! - [`state`]: owned IPs with allow-lists, announced-on interfaces,
+//!   solicited-node group refcounts and per-IP counters; [`metrics`]:
+//!   MetalLB's `metallb_layer2_*` counters on a caller's registry.
+//!
+//! The Linux edge ([`linux`], needs `CAP_NET_RAW`): `AF_PACKET` sockets
+//! with BPF filters for ARP requests and Neighbor Solicitations,
+//! solicited-node group memberships, interface descriptions from rtnetlink
+//! (dump plus notifications), and the driver task that runs the core on
+//! them ([`linux::start`], controlled through a [`linux::L2Handle`]).
+//!
+//! Unsafe code is denied crate-wide and allowed only in the private module
+//! `linux::sys` (bind to a `sockaddr_ll`, attach a socket filter, register
+//! a socket with tokio), each call with its safety argument.
+//!
+//! Not built yet (see the arp-ndp crate issue): `metallbctl l2-announce`,
+//! the lab tests through `testkit/` (two nodes, MLD snooping bridge,
+//! ownership moves), fuzzing campaign figures, and BENCHMARKS.md.
+
+pub mod announce;
+pub mod interfaces;
+pub mod linux;
+pub mod metrics;
+pub mod packet;
+pub mod responder;
+pub mod state;

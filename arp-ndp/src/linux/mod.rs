@@ -1,0 +1,15 @@
+//! The Linux edge: packet sockets, solicited-node memberships, rtnetlink
+//! interface descriptions, and the driver that runs the pure core on them.
+//! Everything here needs `CAP_NET_RAW` (packet sockets) and acts in the
+//! network namespace of the thread that creates it.
+
+pub mod driver;
+pub mod membership;
+pub mod netlink;
+pub mod socket;
+mod sys;
+
+pub use driver::{DriverConfig, DriverError, L2Handle, RequestEvent, Stopped, start};
+pub use membership::Memberships;
+pub use netlink::{InterfaceWatcher, LinkTable, NetlinkError};
+pub use socket::{PacketSocket, Protocol};

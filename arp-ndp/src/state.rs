@@ -1,0 +1,261 @@
+//! The layer-2 state from memory: the interfaces (already classified),
+//! the owned IPs with their allow-lists, the announcer, solicited-node
+//! group memberships, and per-IP counters. Pure: the Linux edge feeds it
+//! frames, interface lists and `now`, and carries out what it returns.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv6Addr};
+use std::time::Instant;
+
+use crate::announce::{AnnounceConfig, Announcer, Outgoing};
+use crate::interfaces::{AllowedInterfaces, Interface};
+use crate::metrics::Metrics;
+use crate::packet::solicited_node_multicast;
+use crate::responder::{Decision, DropCounters, DropReason, OwnedIps, respond};
+
+/// Counters of one owned IP.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IpCounters {
+    /// ARP requests / neighbour solicitations received for it.
+    pub requests_received: u64,
+    /// Replies / advertisements sent for it.
+    pub responses_sent: u64,
+    /// Gratuitous packets sent for it (2 per ARP round, 1 per NA).
+    pub gratuitous_sent: u64,
+}
+
+/// A solicited-node group to join or leave on an interface.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum MembershipChange {
+    /// First owned IPv6 address of this group on this interface.
+    Join {
+        ifindex: u32,
+        interface: String,
+        group: Ipv6Addr,
+    },
+    /// Last owned IPv6 address of this group on this interface went away.
+    Leave {
+        ifindex: u32,
+        interface: String,
+        group: Ipv6Addr,
+    },
+}
+
+/// Key of a membership: interface index, name and group.
+type GroupKey = (u32, String, Ipv6Addr);
+
+/// The whole layer-2 state.
+#[derive(Debug, Default)]
+pub struct L2State {
+    interfaces: BTreeMap<String, Interface>,
+    owned: OwnedIps,
+    announcer: Announcer,
+    counters: BTreeMap<IpAddr, IpCounters>,
+    drops: DropCounters,
+    /// Joined groups and how many owned addresses need each.
+    memberships: BTreeMap<GroupKey, usize>,
+    metrics: Option<Metrics>,
+}
+
+impl L2State {
+    /// Empty state with `cfg` announcement timing.
+    pub fn new(cfg: AnnounceConfig) -> Self {
+        L2State {
+            announcer: Announcer::new(cfg),
+            ..Default::default()
+        }
+    }
+
+    /// Also counts into these Prometheus counters.
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Interfaces an owned `ip` is announced and answered on: eligible for
+    /// its family and allowed by its list, in name order.
+    fn targets(&self, ip: IpAddr, allowed: &AllowedInterfaces) -> Vec<Interface> {
+        self.interfaces
+            .values()
+            .filter(|i| i.serves(ip) && allowed.allows(&i.name))
+            .cloned()
+            .collect()
+    }
+
+    /// Recomputes every owned IP's announcement (bursting only where the
+    /// interface set changed) and the group memberships.
+    fn resync(&mut self, now: Instant) -> Vec<MembershipChange> {
+        let owned: Vec<(IpAddr, AllowedInterfaces)> =
+            self.owned.iter().map(|(ip, a)| (*ip, a.clone())).collect();
+        for (ip, allowed) in &owned {
+            let t = self.targets(*ip, allowed);
+            self.announcer.set(now, *ip, &t);
+        }
+        self.sync_memberships()
+    }
+
+    fn sync_memberships(&mut self) -> Vec<MembershipChange> {
+        let mut want: BTreeMap<GroupKey, usize> = BTreeMap::new();
+        for (ip, allowed) in self.owned.iter() {
+            let IpAddr::V6(v6) = ip else { continue };
+            let group = solicited_node_multicast(*v6);
+            for i in self.targets(*ip, allowed) {
+                *want.entry((i.index, i.name.clone(), group)).or_default() += 1;
+            }
+        }
+        let mut changes = Vec::new();
+        for (ifindex, interface, group) in self.memberships.keys() {
+            if !want.contains_key(&(*ifindex, interface.clone(), *group)) {
+                changes.push(MembershipChange::Leave {
+                    ifindex: *ifindex,
+                    interface: interface.clone(),
+                    group: *group,
+                });
+            }
+        }
+        for (ifindex, interface, group) in want.keys() {
+            if !self
+                .memberships
+                .contains_key(&(*ifindex, interface.clone(), *group))
+            {
+                changes.push(MembershipChange::Join {
+                    ifindex: *ifindex,
+                    interface: interface.clone(),
+                    group: *group,
+                });
+            }
+        }
+        self.memberships = want;
+        changes
+    }
+
+    /// Replaces the interface list (from netlink). IPs gaining an interface
+    /// burst on their new set; lost interfaces stop being announced on.
+    pub fn set_interfaces(
+        &mut self,
+        now: Instant,
+        interfaces: impl IntoIterator<Item = Interface>,
+    ) -> Vec<MembershipChange> {
+        self.interfaces = interfaces
+            .into_iter()
+            .map(|i| (i.name.clone(), i))
+            .collect();
+        self.resync(now)
+    }
+
+    /// Owns `ip` on `allowed`. A repeat of the same call changes nothing
+    /// and sends nothing.
+    pub fn own(
+        &mut self,
+        now: Instant,
+        ip: IpAddr,
+        allowed: AllowedInterfaces,
+    ) -> Vec<MembershipChange> {
+        self.owned.insert(ip, allowed.clone());
+        self.counters.entry(ip).or_default();
+        let t = self.targets(ip, &allowed);
+        self.announcer.set(now, ip, &t);
+        self.sync_memberships()
+    }
+
+    /// Stops owning `ip`: no more answers or announcements.
+    pub fn disown(&mut self, ip: &IpAddr) -> Vec<MembershipChange> {
+        self.owned.remove(ip);
+        self.announcer.remove(ip);
+        self.sync_memberships()
+    }
+
+    /// Decides about a frame received on interface `ifname`, counting it.
+    pub fn handle_frame(&mut self, ifname: &str, frame: &[u8]) -> Decision {
+        let decision = match self.interfaces.get(ifname) {
+            Some(iface) => respond(&self.owned, iface, frame),
+            None => Decision::Drop {
+                reason: DropReason::InterfaceNotEligible,
+                ip: None,
+            },
+        };
+        match &decision {
+            Decision::Reply { ip, .. } => {
+                self.count_request(*ip);
+                if let Some(c) = self.counters.get_mut(ip) {
+                    c.responses_sent += 1;
+                }
+                if let Some(m) = &self.metrics {
+                    m.response_sent(*ip);
+                }
+            }
+            Decision::Drop { reason, ip } => {
+                self.drops.record(*reason);
+                if let Some(ip) = ip
+                    && self.owned.contains(ip)
+                {
+                    self.count_request(*ip);
+                }
+            }
+        }
+        decision
+    }
+
+    fn count_request(&mut self, ip: IpAddr) {
+        if let Some(c) = self.counters.get_mut(&ip) {
+            c.requests_received += 1;
+        }
+        if let Some(m) = &self.metrics {
+            m.request_received(ip);
+        }
+    }
+
+    /// Gratuitous frames due at `now`, counted.
+    pub fn poll(&mut self, now: Instant) -> Vec<Outgoing> {
+        let out = self.announcer.poll(now);
+        for o in &out {
+            if let Some(c) = self.counters.get_mut(&o.ip) {
+                c.gratuitous_sent += 1;
+            }
+            if let Some(m) = &self.metrics {
+                m.gratuitous_sent(o.ip, 1);
+            }
+        }
+        out
+    }
+
+    /// When [`poll`](Self::poll) next has something to send.
+    pub fn next_wakeup(&self) -> Option<Instant> {
+        self.announcer.next_wakeup()
+    }
+
+    /// Interfaces `ip` is announced on, sorted by name (a stable order for
+    /// ServiceL2Status, unlike MetalLB's set iteration). Empty if not owned
+    /// or no interface qualifies.
+    pub fn announced_on(&self, ip: &IpAddr) -> Vec<String> {
+        self.announcer
+            .announced_on(ip)
+            .map(|v| v.into_iter().map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+
+    /// Counters of `ip` (kept after it is disowned, like the metrics).
+    pub fn counters(&self, ip: &IpAddr) -> IpCounters {
+        self.counters.get(ip).copied().unwrap_or_default()
+    }
+
+    /// Drop counters by reason.
+    pub fn drops(&self) -> &DropCounters {
+        &self.drops
+    }
+
+    /// The owned IPs.
+    pub fn owned(&self) -> &OwnedIps {
+        &self.owned
+    }
+
+    /// The current interfaces.
+    pub fn interfaces(&self) -> impl Iterator<Item = &Interface> {
+        self.interfaces.values()
+    }
+
+    /// Solicited-node groups currently wanted, as `(ifindex, name, group)`.
+    pub fn memberships(&self) -> BTreeSet<(u32, String, Ipv6Addr)> {
+        self.memberships.keys().cloned().collect()
+    }
+}

@@ -1,0 +1,482 @@
+//! The Linux edge against the Linux kernel's own ARP and ND, in network
+//! namespaces each test creates and deletes: a node running the responder
+//! and a client, joined by veth pairs. Needs root; fails (does not skip)
+//! without it. Tests take the project's cross-process namespace lock, so
+//! they run one at a time here and against other crates' namespace tests.
+//!
+//! Addresses: node 192.0.2.2 / 2001:db8::2, client 192.0.2.1 /
+//! 2001:db8::1, service IPs 192.0.2.10 and 2001:db8::10 (owned, assigned
+//! nowhere), second link 203.0.113.0/24, VLAN 100 198.51.100.0/24.
+
+use std::fs::{File, OpenOptions};
+use std::net::IpAddr;
+use std::os::fd::AsFd;
+use std::process::{Command, Output};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use arp_ndp::interfaces::{AllowedInterfaces, ExcludeList};
+use arp_ndp::linux::{DriverConfig, L2Handle};
+
+/// The lock shared with `testkit::serial()` (same path, same flock).
+const LOCK_PATH: &str = "/run/metallb-testkit.lock";
+
+fn serial() -> File {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "the namespace tests need root (CAP_NET_ADMIN and CAP_NET_RAW)"
+    );
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(LOCK_PATH)
+        .expect("open the namespace test lock");
+    f.lock().expect("take the namespace test lock");
+    f
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"))
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = run(args);
+    assert!(
+        o.status.success(),
+        "{args:?} failed: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Two namespaces and a veth pair `eth0`<->`eth0`; deleted on drop.
+struct Topology {
+    node: String,
+    cli: String,
+    _lock: File,
+}
+
+impl Topology {
+    fn new(tag: &str) -> Topology {
+        let lock = serial();
+        let t = Topology {
+            node: format!("arpndp-{tag}-n"),
+            cli: format!("arpndp-{tag}-c"),
+            _lock: lock,
+        };
+        for ns in [&t.node, &t.cli] {
+            // Leftovers of a crashed run (we hold the lock: nobody else
+            // uses these names).
+            let _ = run(&["ip", "netns", "del", ns]);
+            ok(&["ip", "netns", "add", ns]);
+            ok(&[
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "sysctl",
+                "-qw",
+                "net.ipv6.conf.all.accept_dad=0",
+                "net.ipv6.conf.default.accept_dad=0",
+            ]);
+            ok(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        }
+        t.link("eth0");
+        ok(&[
+            "ip",
+            "-n",
+            &t.node,
+            "addr",
+            "add",
+            "192.0.2.2/24",
+            "dev",
+            "eth0",
+        ]);
+        ok(&[
+            "ip",
+            "-n",
+            &t.node,
+            "addr",
+            "add",
+            "2001:db8::2/64",
+            "dev",
+            "eth0",
+            "nodad",
+        ]);
+        ok(&[
+            "ip",
+            "-n",
+            &t.cli,
+            "addr",
+            "add",
+            "192.0.2.1/24",
+            "dev",
+            "eth0",
+        ]);
+        ok(&[
+            "ip",
+            "-n",
+            &t.cli,
+            "addr",
+            "add",
+            "2001:db8::1/64",
+            "dev",
+            "eth0",
+            "nodad",
+        ]);
+        t
+    }
+
+    /// A veth pair named `dev` on both sides, up.
+    fn link(&self, dev: &str) {
+        ok(&[
+            "ip", "-n", &self.node, "link", "add", dev, "type", "veth", "peer", "name", dev,
+            "netns", &self.cli,
+        ]);
+        ok(&["ip", "-n", &self.node, "link", "set", dev, "up"]);
+        ok(&["ip", "-n", &self.cli, "link", "set", dev, "up"]);
+    }
+
+    fn node_mac(&self, dev: &str) -> String {
+        ok(&[
+            "ip",
+            "netns",
+            "exec",
+            &self.node,
+            "cat",
+            &format!("/sys/class/net/{dev}/address"),
+        ])
+        .trim()
+        .to_owned()
+    }
+
+    /// `arping` from the client; the MAC that answered, if any.
+    fn arping(&self, dev: &str, src: &str, target: &str) -> Option<String> {
+        let o = run(&[
+            "ip", "netns", "exec", &self.cli, "arping", "-c", "1", "-w", "2", "-I", dev, "-s", src,
+            target,
+        ]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        out.lines()
+            .find(|l| l.contains("reply from"))
+            .and_then(|l| Some(l.split('[').nth(1)?.split(']').next()?.to_lowercase()))
+    }
+
+    /// `ndisc6` from the client; the target link-layer address, if any.
+    fn ndisc6(&self, target: &str) -> Option<String> {
+        let o = run(&[
+            "ip", "netns", "exec", &self.cli, "ndisc6", "-1", "-n", "-r", "3", "-w", "700", target,
+            "eth0",
+        ]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        out.lines()
+            .find(|l| l.contains("Target link-layer address"))
+            .and_then(|l| Some(l.split(": ").nth(1)?.trim().to_lowercase()))
+    }
+
+    fn client_neigh(&self, ip: &str) -> String {
+        ok(&["ip", "-n", &self.cli, "neigh", "show", ip])
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        for ns in [&self.node, &self.cli] {
+            let _ = run(&["ip", "netns", "del", ns]);
+        }
+    }
+}
+
+/// The driver running in a thread inside the node namespace.
+struct Responder {
+    handle: L2Handle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Responder {
+    fn start(ns: &str, cfg: DriverConfig) -> Responder {
+        let path = format!("/run/netns/{ns}");
+        let (tx, rx) = mpsc::channel();
+        let thread = thread::spawn(move || {
+            let f = File::open(&path).expect("open the namespace handle");
+            rustix::thread::move_into_link_name_space(
+                f.as_fd(),
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            )
+            .expect("setns");
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let (handle, task) = arp_ndp::linux::start(cfg).await.expect("driver starts");
+                let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+                tx.send((handle, stop_tx)).unwrap();
+                tokio::select! {
+                    _ = stop_rx => {}
+                    r = task => panic!("driver ended: {r:?}"),
+                }
+            });
+        });
+        let (handle, stop) = rx.recv_timeout(Duration::from_secs(10)).expect("driver up");
+        Responder {
+            handle,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    fn own(&self, ip: &str, allowed: AllowedInterfaces) {
+        let ip: IpAddr = ip.parse().unwrap();
+        self.handle.own(ip, allowed).unwrap();
+        // Let the driver take it before the test sends anything.
+        wait_for(
+            || !self.handle.announced_on(&ip).is_empty(),
+            "the driver to own the IP",
+        );
+    }
+}
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn wait_for(mut f: impl FnMut() -> bool, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn arping_and_ndisc6_get_our_mac_and_kernel_learns_it() {
+    let t = Topology::new("basic");
+    let mac = t.node_mac("eth0");
+    let r = Responder::start(&t.node, DriverConfig::default());
+    r.own("192.0.2.10", AllowedInterfaces::all());
+    r.own("2001:db8::10", AllowedInterfaces::all());
+
+    assert_eq!(
+        t.arping("eth0", "192.0.2.1", "192.0.2.10").as_deref(),
+        Some(mac.as_str())
+    );
+    assert_eq!(t.ndisc6("2001:db8::10").as_deref(), Some(mac.as_str()));
+    // Other IPs get no answer.
+    assert_eq!(t.arping("eth0", "192.0.2.1", "192.0.2.11"), None);
+    assert_eq!(t.ndisc6("2001:db8::11"), None);
+
+    // The client kernel's own resolution: a UDP datagram to the service
+    // makes it resolve the neighbour first (bash's /dev/udp; no ping on
+    // the test machines).
+    for ip in ["192.0.2.10", "2001:db8::10"] {
+        ok(&[
+            "ip",
+            "netns",
+            "exec",
+            &t.cli,
+            "bash",
+            "-c",
+            &format!("echo x > /dev/udp/{ip}/9"),
+        ]);
+        wait_for(
+            || t.client_neigh(ip).contains(&mac),
+            "the client kernel to resolve",
+        );
+    }
+
+    // The solicited-node group is joined on the node (MLD follows).
+    let igmp6 = ok(&["ip", "netns", "exec", &t.node, "cat", "/proc/net/igmp6"]);
+    assert!(
+        igmp6.contains("ff0200000000000000000001ff000010"),
+        "{igmp6}"
+    );
+
+    let c = r.handle.counters(&"192.0.2.10".parse().unwrap());
+    assert!(c.requests_received >= 2 && c.responses_sent >= 2, "{c:?}");
+    assert_eq!(
+        c.gratuitous_sent % 2,
+        0,
+        "ARP rounds are request + reply: {c:?}"
+    );
+    assert_eq!(
+        r.handle.announced_on(&"192.0.2.10".parse().unwrap()),
+        ["eth0"]
+    );
+
+    // Disowned: no more answers, group left.
+    r.handle.disown("192.0.2.10".parse().unwrap()).unwrap();
+    r.handle.disown("2001:db8::10".parse().unwrap()).unwrap();
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(t.arping("eth0", "192.0.2.1", "192.0.2.10"), None);
+    let igmp6 = ok(&["ip", "netns", "exec", &t.node, "cat", "/proc/net/igmp6"]);
+    assert!(
+        !igmp6.contains("ff0200000000000000000001ff000010"),
+        "{igmp6}"
+    );
+}
+
+#[test]
+fn gratuitous_burst_moves_the_client_to_our_mac() {
+    let t = Topology::new("garp");
+    let mac = t.node_mac("eth0");
+    // The client still caches the previous owner's MAC.
+    for ip in ["192.0.2.10", "2001:db8::10"] {
+        ok(&[
+            "ip",
+            "-n",
+            &t.cli,
+            "neigh",
+            "replace",
+            ip,
+            "lladdr",
+            "02:00:00:00:00:99",
+            "dev",
+            "eth0",
+            "nud",
+            "stale",
+        ]);
+    }
+    let r = Responder::start(&t.node, DriverConfig::default());
+    r.own("192.0.2.10", AllowedInterfaces::all());
+    r.own("2001:db8::10", AllowedInterfaces::all());
+    wait_for(
+        || t.client_neigh("192.0.2.10").contains(&mac),
+        "the IPv4 entry to move",
+    );
+    wait_for(
+        || t.client_neigh("2001:db8::10").contains(&mac),
+        "the IPv6 entry to move",
+    );
+}
+
+/// Sends one raw Ethernet frame out of the client's `eth0` (python3's
+/// AF_PACKET support: the test kernel may lack the 8021q module, so a VLAN
+/// device cannot be relied on to produce tagged frames).
+fn inject(t: &Topology, frame: &[u8]) {
+    let hex: String = frame.iter().map(|b| format!("{b:02x}")).collect();
+    let script = format!(
+        "import socket; s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); \
+         s.bind(('eth0', 0)); s.send(bytes.fromhex('{hex}'))"
+    );
+    ok(&["ip", "netns", "exec", &t.cli, "python3", "-c", &script]);
+}
+
+#[test]
+fn frames_from_another_vlan_are_not_answered() {
+    use arp_ndp::packet::{ArpFrame, MacAddr};
+    let t = Topology::new("vlan");
+    let r = Responder::start(&t.node, DriverConfig::default());
+    r.own("198.51.100.10", AllowedInterfaces::all());
+    let ip: IpAddr = "198.51.100.10".parse().unwrap();
+    let request = ArpFrame::request(
+        MacAddr([2, 0, 0, 0, 0, 1]),
+        "198.51.100.1".parse().unwrap(),
+        "198.51.100.10".parse().unwrap(),
+    )
+    .encode();
+    // Tagged for VLAN 100. The node has no VLAN 100 device: Linux strips
+    // the tag, marks the frame PACKET_OTHERHOST and still delivers it to
+    // ETH_P_ARP sockets on eth0 (checked by hand with a plain packet
+    // socket); our socket filter drops it.
+    let mut tagged = request.clone();
+    tagged.splice(12..12, [0x81, 0x00, 0x00, 0x64]);
+    inject(&t, &tagged);
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(r.handle.counters(&ip).requests_received, 0);
+    // The same request untagged on the same wire: answered.
+    inject(&t, &request);
+    wait_for(
+        || r.handle.counters(&ip).responses_sent == 1,
+        "the untagged request's answer",
+    );
+    assert_eq!(r.handle.counters(&ip).requests_received, 1);
+}
+
+#[test]
+fn allow_list_and_exclusion_are_honoured() {
+    let t = Topology::new("allow");
+    t.link("eth1");
+    ok(&[
+        "ip",
+        "-n",
+        &t.cli,
+        "addr",
+        "add",
+        "203.0.113.1/24",
+        "dev",
+        "eth1",
+    ]);
+    let mac1 = t.node_mac("eth1");
+    {
+        let r = Responder::start(&t.node, DriverConfig::default());
+        r.own("192.0.2.10", AllowedInterfaces::only(["eth1"]));
+        assert_eq!(t.arping("eth0", "192.0.2.1", "192.0.2.10"), None);
+        assert_eq!(
+            t.arping("eth1", "203.0.113.1", "192.0.2.10").as_deref(),
+            Some(mac1.as_str())
+        );
+        assert_eq!(
+            r.handle.announced_on(&"192.0.2.10".parse().unwrap()),
+            ["eth1"]
+        );
+    }
+    let r = Responder::start(
+        &t.node,
+        DriverConfig {
+            exclude: ExcludeList::from_patterns(&["^eth1$"]).unwrap(),
+            ..DriverConfig::default()
+        },
+    );
+    r.own("192.0.2.10", AllowedInterfaces::all());
+    assert_eq!(t.arping("eth1", "203.0.113.1", "192.0.2.10"), None);
+    assert!(t.arping("eth0", "192.0.2.1", "192.0.2.10").is_some());
+    let names: Vec<String> = r.handle.interfaces().into_iter().map(|i| i.name).collect();
+    assert_eq!(
+        names,
+        ["eth0"],
+        "lo is excluded by default, eth1 by the list"
+    );
+}
+
+#[test]
+fn interface_added_after_start_is_picked_up() {
+    let t = Topology::new("hotplug");
+    let r = Responder::start(&t.node, DriverConfig::default());
+    r.own("192.0.2.10", AllowedInterfaces::all());
+    t.link("eth1");
+    ok(&[
+        "ip",
+        "-n",
+        &t.cli,
+        "addr",
+        "add",
+        "203.0.113.1/24",
+        "dev",
+        "eth1",
+    ]);
+    let mac1 = t.node_mac("eth1");
+    let ip: IpAddr = "192.0.2.10".parse().unwrap();
+    wait_for(
+        || r.handle.announced_on(&ip).len() == 2,
+        "eth1 to be announced on",
+    );
+    assert_eq!(
+        t.arping("eth1", "203.0.113.1", "192.0.2.10").as_deref(),
+        Some(mac1.as_str())
+    );
+}

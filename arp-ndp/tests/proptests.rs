@@ -1,0 +1,170 @@
+//! Properties: decoders never panic on arbitrary bytes, and what we encode
+//! decodes back to itself. (Decoded types are all `Copy`, so by
+//! construction they own no heap memory: decoding allocates nothing.)
+
+mod common;
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use arp_ndp::interfaces::AllowedInterfaces;
+use arp_ndp::packet::*;
+use arp_ndp::responder::{OwnedIps, respond};
+use common::*;
+use proptest::prelude::*;
+
+fn mac() -> impl Strategy<Value = MacAddr> {
+    any::<[u8; 6]>().prop_map(MacAddr)
+}
+
+fn unicast_mac() -> impl Strategy<Value = MacAddr> {
+    any::<[u8; 6]>().prop_map(|mut b| {
+        b[0] &= 0xfe;
+        b[5] |= 1;
+        MacAddr(b)
+    })
+}
+
+fn ipv6() -> impl Strategy<Value = Ipv6Addr> {
+    any::<[u8; 16]>().prop_map(Ipv6Addr::from)
+}
+
+/// Frames that look like ours up to the ethertype, then arbitrary.
+fn framed(ethertype: u16) -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(any::<u8>(), 0..200).prop_map(move |tail| {
+        let mut f = Vec::with_capacity(14 + tail.len());
+        f.extend_from_slice(&[0x33, 0x33, 0xff, 0, 0, 0x10]);
+        f.extend_from_slice(&CLIENT_MAC.0);
+        f.extend_from_slice(&ethertype.to_be_bytes());
+        f.extend_from_slice(&tail);
+        f
+    })
+}
+
+fn everything_owned() -> OwnedIps {
+    let mut o = OwnedIps::new();
+    o.insert(ip("192.0.2.10"), AllowedInterfaces::all());
+    o.insert(ip("2001:db8::10"), AllowedInterfaces::all());
+    o
+}
+
+fn exercise(bytes: &[u8]) {
+    let _ = EthernetHeader::decode(bytes);
+    let _ = ArpFrame::decode(bytes);
+    let _ = ArpPacket::decode(bytes);
+    let _ = Ipv6Header::decode(bytes);
+    let _ = ReceivedNs::decode(bytes);
+    let _ = NeighborAdvertisement::decode_frame(bytes);
+    let _ = NeighborAdvertisement::decode_icmp(bytes);
+    let _ = respond(&everything_owned(), &eth0(), bytes);
+    let _ = icmpv6_checksum(Ipv6Addr::UNSPECIFIED, ALL_NODES, bytes);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+        exercise(&bytes);
+    }
+
+    #[test]
+    fn arbitrary_arp_payloads_never_panic(f in framed(ETHERTYPE_ARP)) {
+        exercise(&f);
+    }
+
+    #[test]
+    fn arbitrary_ipv6_payloads_never_panic(f in framed(ETHERTYPE_IPV6)) {
+        exercise(&f);
+    }
+
+    /// An NS whose header and checksum are right but whose body is random:
+    /// reaches the option parser and the responder's deeper branches.
+    #[test]
+    fn valid_ns_header_random_body(
+        target in ipv6(),
+        body in proptest::collection::vec(any::<u8>(), 0..80),
+        dad in any::<bool>(),
+    ) {
+        let src = if dad { Ipv6Addr::UNSPECIFIED } else { v6(1) };
+        let dst = solicited_node_multicast(target);
+        let mut icmp = vec![135, 0, 0, 0, 0, 0, 0, 0];
+        icmp.extend_from_slice(&target.octets());
+        icmp.extend_from_slice(&body);
+        let c = icmpv6_checksum(src, dst, &icmp);
+        icmp[2..4].copy_from_slice(&c.to_be_bytes());
+        let mut f = Vec::new();
+        EthernetHeader { dst: ipv6_multicast_mac(dst), src: CLIENT_MAC, ethertype: ETHERTYPE_IPV6 }
+            .encode_into(&mut f);
+        Ipv6Header {
+            traffic_class: 0, flow_label: 0, payload_len: icmp.len() as u16,
+            next_header: 58, hop_limit: 255, src, dst,
+        }.encode_into(&mut f);
+        f.extend_from_slice(&icmp);
+        exercise(&f);
+    }
+
+    #[test]
+    fn arp_round_trip(
+        request in any::<bool>(),
+        eth_dst in mac(), eth_src in mac(),
+        sha in mac(), tha in mac(),
+        spa in any::<[u8; 4]>(), tpa in any::<[u8; 4]>(),
+    ) {
+        let f = ArpFrame {
+            eth_dst, eth_src,
+            arp: ArpPacket {
+                op: if request { ArpOp::Request } else { ArpOp::Reply },
+                sender_mac: sha, sender_ip: Ipv4Addr::from(spa),
+                target_mac: tha, target_ip: Ipv4Addr::from(tpa),
+            },
+        };
+        let bytes = f.encode();
+        prop_assert_eq!(bytes.len(), ARP_FRAME_LEN);
+        prop_assert_eq!(ArpFrame::decode(&bytes), Ok(f));
+    }
+
+    #[test]
+    fn ns_round_trip(src_mac in unicast_mac(), src in ipv6(), target in ipv6()) {
+        prop_assume!(!target.is_multicast() && !src.is_unspecified());
+        let f = NeighborSolicitation::resolve_frame(src_mac, src, target);
+        let rx = ReceivedNs::decode(&f).unwrap();
+        prop_assert_eq!(rx.ns.target, target);
+        prop_assert_eq!(rx.ns.source_lla, Some(src_mac));
+        prop_assert_eq!(rx.ip.src, src);
+    }
+
+    #[test]
+    fn na_round_trip(
+        r in any::<bool>(), s in any::<bool>(), o in any::<bool>(),
+        target in ipv6(), lla in proptest::option::of(mac()),
+        src in ipv6(), dst in ipv6(),
+    ) {
+        let na = NeighborAdvertisement {
+            router: r, solicited: s, override_flag: o, target, target_lla: lla,
+        };
+        let f = na.encode_frame(CLIENT_MAC, OUR_MAC, src, dst);
+        let (_, ip6, back) = NeighborAdvertisement::decode_frame(&f).unwrap();
+        prop_assert_eq!(back, na);
+        prop_assert_eq!((ip6.src, ip6.dst, ip6.hop_limit), (src, dst, 255));
+    }
+
+    /// Any single bit flip in the ICMPv6 part of a valid NS is caught (by
+    /// the checksum, or by a field check before it).
+    #[test]
+    fn checksum_catches_single_bit_flips(bit in 0usize..(32 * 8)) {
+        let mut f = NeighborSolicitation::resolve_frame(CLIENT_MAC, v6(1), v6(0x10));
+        f[54 + bit / 8] ^= 1 << (bit % 8);
+        prop_assert!(ReceivedNs::decode(&f).is_err());
+    }
+
+    /// Solicited-node group and its MAC agree with the low 24 bits.
+    #[test]
+    fn solicited_node_properties(a in ipv6()) {
+        let g = solicited_node_multicast(a);
+        prop_assert!(is_solicited_node_multicast(g));
+        prop_assert_eq!(&g.octets()[13..], &a.octets()[13..]);
+        let m = ipv6_multicast_mac(g);
+        prop_assert_eq!(&m.0[..3], &[0x33, 0x33, 0xff]);
+        prop_assert_eq!(&m.0[3..], &a.octets()[13..]);
+    }
+}
