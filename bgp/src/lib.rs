@@ -12,11 +12,21 @@
 //! - [`state`]: the session state snapshot published per session;
 //! - [`metrics`]: MetalLB's `metallb_bgp_*` metrics on a caller's registry.
 //!
-//! Not built yet (see the bgp crate issue): the transport and session driver
-//! (sockets, TCP MD5, TTL, listener) and `metallbctl bgp-probe`.
+//! The I/O edge:
+//! - [`transport`]: the one module that sets socket options (source
+//!   bind, TTL / hop limit, `SO_BINDTODEVICE` for VRFs, connect timeout,
+//!   optional listener); TCP MD5 is refused with a clear error until a
+//!   safe `TCP_MD5SIG` wrapper exists;
+//! - [`session`]: one tokio task per peer wiring the FSM, the transport,
+//!   the Adj-RIB-Out, the state (a `watch`) and the metrics.
+//!
+//! `metallbctl bgp-probe` drives one [`session::Session`] from the command
+//! line: see `bgp/README.md`.
 
 pub mod fsm;
 pub mod metrics;
 pub mod rib_out;
+pub mod session;
 pub mod state;
+pub mod transport;
 pub mod wire;

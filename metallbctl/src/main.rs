@@ -4,6 +4,7 @@
 //! loader and `config::parse` the daemons use and the CRD schemas the API
 //! server enforces.
 
+mod bgp_probe;
 mod validate;
 
 use std::process::ExitCode;
@@ -35,12 +36,16 @@ enum Command {
     /// API server would.
     #[command(after_help = EXIT_STATUS)]
     Validate(validate::Args),
+    /// Open one BGP session to a router, announce prefixes and print the
+    /// session as JSON lines; Ctrl-C withdraws and closes with Cease.
+    BgpProbe(bgp_probe::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Validate(args) => validate::run(args),
+        Command::BgpProbe(args) => bgp_probe::run(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("metallbctl: {e:#}");

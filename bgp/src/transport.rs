@@ -1,0 +1,455 @@
+//! The TCP transport of BGP sessions: the ONE module of the crate that
+//! touches socket options. Every option is set through a safe wrapper
+//! (`socket2`), every failure is returned as a [`TransportError`], none is
+//! ignored.
+//!
+//! What an outgoing connection gets, in order (all before the handshake):
+//!
+//! 1. a socket of the peer's family, non-blocking;
+//! 2. `SO_BINDTODEVICE` to the session's `vrf` (the VRF device name);
+//! 3. the TTL (IPv4) or unicast hop limit (IPv6): [`ttl_for`] — 255 for
+//!    iBGP, 1 for eBGP unless `ebgpMultiHop`, then 255;
+//! 4. TCP MD5 (RFC 2385) when a password is configured: **not supported
+//!    yet**. Neither `socket2` 0.6, `rustix` 1 nor `nix` 0.31 expose
+//!    `TCP_MD5SIG` (it needs a `struct tcp_md5sig` passed to `setsockopt`,
+//!    which only `libc` offers, behind `unsafe`, and the workspace forbids
+//!    `unsafe`). A session with a password fails every attempt with
+//!    [`TransportError::Md5NotSupported`], shown as its last error; it
+//!    never connects without the key;
+//! 5. `bind` to `sourceAddress` (port 0) when one is configured;
+//! 6. `connect`, bounded by [`ConnectOptions::timeout`].
+//!
+//! The optional listener ([`listen`]) sets the same TTL and device and
+//! `SO_REUSEADDR`; a busy port is returned as an error for the session to
+//! show (Calico's BIRD often holds :179), never a panic or an exit.
+//!
+//! [`interface_of`] reads the node's interface addresses (`getifaddrs`
+//! through `nix`) for the next hop of the other address family and the
+//! router ID rule.
+
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+/// The TTL / hop limit of iBGP sessions and multihop eBGP sessions.
+pub const TTL_MULTIHOP: u8 = 255;
+/// The TTL / hop limit of directly connected eBGP sessions.
+pub const TTL_DIRECT: u8 = 1;
+/// The connect timeout when none is given.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The TTL (IPv4) or hop limit (IPv6) of a session: iBGP 255, eBGP 1 unless
+/// `ebgp_multihop`, then 255.
+pub fn ttl_for(ibgp: bool, ebgp_multihop: bool) -> u8 {
+    if ibgp || ebgp_multihop {
+        TTL_MULTIHOP
+    } else {
+        TTL_DIRECT
+    }
+}
+
+/// How to open (or accept) the TCP connection of one session.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// `peerAddress:peerPort`.
+    pub peer: SocketAddr,
+    /// `sourceAddress`: bound before connecting.
+    pub source: Option<IpAddr>,
+    /// TTL / hop limit, see [`ttl_for`].
+    pub ttl: u8,
+    /// TCP MD5 key (RFC 2385). Never printed (see the `Debug` impl).
+    pub password: Option<String>,
+    /// `vrf`: the device bound with `SO_BINDTODEVICE`.
+    pub vrf: Option<String>,
+    /// Bound on the TCP handshake.
+    pub timeout: Duration,
+}
+
+impl fmt::Debug for ConnectOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectOptions")
+            .field("peer", &self.peer)
+            .field("source", &self.source)
+            .field("ttl", &self.ttl)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("vrf", &self.vrf)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl ConnectOptions {
+    /// Options for `peer` with eBGP direct TTL, no source, no password, no
+    /// VRF and the default timeout.
+    pub fn new(peer: SocketAddr) -> Self {
+        Self {
+            peer,
+            source: None,
+            ttl: TTL_DIRECT,
+            password: None,
+            vrf: None,
+            timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+}
+
+/// What went wrong with a socket. The text never holds the password.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// A socket call failed; `op` names it (e.g. `"set IP_TTL 1"`).
+    #[error("{op}: {source}")]
+    Socket {
+        op: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "TCP MD5 (RFC 2385) is not supported yet: no safe wrapper for TCP_MD5SIG in socket2, \
+         rustix or nix; the session is not opened without its password"
+    )]
+    Md5NotSupported,
+    #[error("sourceAddress {source_addr} is not of the peer's address family ({peer})")]
+    SourceFamilyMismatch {
+        source_addr: IpAddr,
+        peer: SocketAddr,
+    },
+    #[error("connect to {peer}: timed out after {timeout:?}")]
+    ConnectTimeout { peer: SocketAddr, timeout: Duration },
+    #[error("listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl TransportError {
+    fn socket(op: impl Into<String>) -> impl FnOnce(io::Error) -> TransportError {
+        let op = op.into();
+        move |source| TransportError::Socket { op, source }
+    }
+}
+
+fn domain_of(addr: &SocketAddr) -> Domain {
+    if addr.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    }
+}
+
+/// Sets the TTL (IPv4) or unicast hop limit (IPv6) of `socket`.
+fn set_ttl(socket: &Socket, ipv4: bool, ttl: u8) -> Result<(), TransportError> {
+    if ipv4 {
+        socket
+            .set_ttl_v4(u32::from(ttl))
+            .map_err(TransportError::socket(format!("set IP_TTL {ttl}")))
+    } else {
+        socket
+            .set_unicast_hops_v6(u32::from(ttl))
+            .map_err(TransportError::socket(format!(
+                "set IPV6_UNICAST_HOPS {ttl}"
+            )))
+    }
+}
+
+fn set_device(socket: &Socket, vrf: Option<&str>) -> Result<(), TransportError> {
+    if let Some(dev) = vrf {
+        socket
+            .bind_device(Some(dev.as_bytes()))
+            .map_err(TransportError::socket(format!(
+                "set SO_BINDTODEVICE {dev:?}"
+            )))?;
+    }
+    Ok(())
+}
+
+fn set_md5(password: Option<&str>) -> Result<(), TransportError> {
+    match password {
+        None => Ok(()),
+        Some(_) => Err(TransportError::Md5NotSupported),
+    }
+}
+
+/// Creates the socket of an outgoing connection with every option set and
+/// the source address bound, not connected yet. Public for tests.
+pub fn prepare(opts: &ConnectOptions) -> Result<Socket, TransportError> {
+    let ipv4 = opts.peer.is_ipv4();
+    if let Some(src) = opts.source
+        && src.is_ipv4() != ipv4
+    {
+        return Err(TransportError::SourceFamilyMismatch {
+            source_addr: src,
+            peer: opts.peer,
+        });
+    }
+    let socket = Socket::new(domain_of(&opts.peer), Type::STREAM, Some(Protocol::TCP))
+        .map_err(TransportError::socket("socket"))?;
+    socket
+        .set_nonblocking(true)
+        .map_err(TransportError::socket("set O_NONBLOCK"))?;
+    set_device(&socket, opts.vrf.as_deref())?;
+    set_ttl(&socket, ipv4, opts.ttl)?;
+    set_md5(opts.password.as_deref())?;
+    socket
+        .set_tcp_nodelay(true)
+        .map_err(TransportError::socket("set TCP_NODELAY"))?;
+    if let Some(src) = opts.source {
+        let addr = SocketAddr::new(src, 0);
+        socket
+            .bind(&SockAddr::from(addr))
+            .map_err(TransportError::socket(format!("bind to {src}")))?;
+    }
+    Ok(socket)
+}
+
+/// Opens the TCP connection of a session (see the module documentation
+/// for the order of the steps).
+pub async fn connect(opts: &ConnectOptions) -> Result<TcpStream, TransportError> {
+    let socket = prepare(opts)?;
+    let socket = TcpSocket::from_std_stream(std::net::TcpStream::from(socket));
+    match tokio::time::timeout(opts.timeout, socket.connect(opts.peer)).await {
+        Ok(Ok(stream)) => Ok(stream),
+        Ok(Err(e)) => Err(TransportError::Socket {
+            op: format!("connect to {}", opts.peer),
+            source: e,
+        }),
+        Err(_) => Err(TransportError::ConnectTimeout {
+            peer: opts.peer,
+            timeout: opts.timeout,
+        }),
+    }
+}
+
+/// Options of the optional listener for peers that dial in.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ListenOptions {
+    /// Address and port to bind (e.g. `192.0.2.11:179`).
+    pub addr: SocketAddr,
+    pub ttl: u8,
+    /// MD5 keys of the peers allowed on this listener (see
+    /// [`TransportError::Md5NotSupported`]).
+    pub password: Option<String>,
+    pub vrf: Option<String>,
+}
+
+impl fmt::Debug for ListenOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ListenOptions")
+            .field("addr", &self.addr)
+            .field("ttl", &self.ttl)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("vrf", &self.vrf)
+            .finish()
+    }
+}
+
+/// Binds the listener. A busy port is an `Err` ([`TransportError::Listen`]
+/// with `AddrInUse`) for the session to show.
+pub fn listen(opts: &ListenOptions) -> Result<TcpListener, TransportError> {
+    let ipv4 = opts.addr.is_ipv4();
+    let socket = Socket::new(domain_of(&opts.addr), Type::STREAM, Some(Protocol::TCP))
+        .map_err(TransportError::socket("socket"))?;
+    socket
+        .set_nonblocking(true)
+        .map_err(TransportError::socket("set O_NONBLOCK"))?;
+    socket
+        .set_reuse_address(true)
+        .map_err(TransportError::socket("set SO_REUSEADDR"))?;
+    if !ipv4 {
+        socket
+            .set_only_v6(true)
+            .map_err(TransportError::socket("set IPV6_V6ONLY"))?;
+    }
+    set_device(&socket, opts.vrf.as_deref())?;
+    set_ttl(&socket, ipv4, opts.ttl)?;
+    set_md5(opts.password.as_deref())?;
+    let listen_err = |source| TransportError::Listen {
+        addr: opts.addr,
+        source,
+    };
+    socket
+        .bind(&SockAddr::from(opts.addr))
+        .map_err(listen_err)?;
+    socket.listen(16).map_err(listen_err)?;
+    TcpListener::from_std(std::net::TcpListener::from(socket)).map_err(listen_err)
+}
+
+/// Sets TTL / hop limit on an accepted connection (the listener's value is
+/// inherited on Linux; this makes it explicit and checked).
+pub fn configure_accepted(stream: &TcpStream, ttl: u8) -> Result<(), TransportError> {
+    let sock = socket2::SockRef::from(stream);
+    let ipv4 = stream
+        .local_addr()
+        .map_err(TransportError::socket("getsockname"))?
+        .is_ipv4();
+    set_ttl(&sock, ipv4, ttl)?;
+    sock.set_tcp_nodelay(true)
+        .map_err(TransportError::socket("set TCP_NODELAY"))
+}
+
+/// The interface that holds an address, with its first IPv4 address and
+/// its first global IPv6 address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterfaceInfo {
+    pub name: String,
+    pub ipv4: Option<Ipv4Addr>,
+    /// First IPv6 address that is not link-local.
+    pub ipv6: Option<Ipv6Addr>,
+}
+
+fn is_link_local_v6(a: &Ipv6Addr) -> bool {
+    (a.segments()[0] & 0xffc0) == 0xfe80
+}
+
+/// The interface holding `local` (via `getifaddrs`), or `None` when no
+/// interface has it. IPv4-mapped IPv6 addresses are looked up as IPv4.
+pub fn interface_of(local: IpAddr) -> Result<Option<InterfaceInfo>, TransportError> {
+    let local = match local {
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map(IpAddr::V4)
+            .unwrap_or(IpAddr::V6(v6)),
+        v4 => v4,
+    };
+    let addrs: Vec<(String, IpAddr)> = nix::ifaddrs::getifaddrs()
+        .map_err(|e| TransportError::Socket {
+            op: "getifaddrs".into(),
+            source: io::Error::from(e),
+        })?
+        .filter_map(|ifa| {
+            let a = ifa.address?;
+            let ip = if let Some(v4) = a.as_sockaddr_in() {
+                IpAddr::V4(v4.ip())
+            } else {
+                IpAddr::V6(a.as_sockaddr_in6()?.ip())
+            };
+            Some((ifa.interface_name, ip))
+        })
+        .collect();
+    let Some((name, _)) = addrs.iter().find(|(_, ip)| *ip == local) else {
+        return Ok(None);
+    };
+    let on_iface = || addrs.iter().filter(|(n, _)| n == name).map(|(_, ip)| *ip);
+    let ipv4 = on_iface().find_map(|ip| match ip {
+        IpAddr::V4(a) => Some(a),
+        IpAddr::V6(_) => None,
+    });
+    let ipv6 = on_iface().find_map(|ip| match ip {
+        IpAddr::V6(a) if !is_link_local_v6(&a) => Some(a),
+        _ => None,
+    });
+    Ok(Some(InterfaceInfo {
+        name: name.clone(),
+        ipv4,
+        ipv6,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(peer: &str) -> ConnectOptions {
+        ConnectOptions::new(peer.parse().unwrap())
+    }
+
+    #[test]
+    fn ttl_rule() {
+        assert_eq!(ttl_for(true, false), 255);
+        assert_eq!(ttl_for(true, true), 255);
+        assert_eq!(ttl_for(false, false), 1);
+        assert_eq!(ttl_for(false, true), 255);
+    }
+
+    #[test]
+    fn ttl_and_hop_limit_are_set_before_connect() {
+        let mut o = opts("192.0.2.1:179");
+        let s = prepare(&o).unwrap();
+        assert_eq!(s.ttl_v4().unwrap(), 1);
+        o.ttl = 255;
+        let s = prepare(&o).unwrap();
+        assert_eq!(s.ttl_v4().unwrap(), 255);
+        let mut o = opts("[2001:db8::1]:179");
+        let s = prepare(&o).unwrap();
+        assert_eq!(s.unicast_hops_v6().unwrap(), 1);
+        o.ttl = 255;
+        let s = prepare(&o).unwrap();
+        assert_eq!(s.unicast_hops_v6().unwrap(), 255);
+    }
+
+    #[test]
+    fn source_address_is_bound_and_family_checked() {
+        let mut o = opts("127.0.0.1:179");
+        o.source = Some("127.0.0.1".parse().unwrap());
+        let s = prepare(&o).unwrap();
+        let local = s.local_addr().unwrap().as_socket().unwrap();
+        assert_eq!(local.ip(), o.source.unwrap());
+        o.source = Some("::1".parse().unwrap());
+        assert!(matches!(
+            prepare(&o),
+            Err(TransportError::SourceFamilyMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn md5_is_refused_not_ignored_and_password_never_printed() {
+        let mut o = opts("192.0.2.1:179");
+        o.password = Some("s3cret".into());
+        let err = prepare(&o).unwrap_err();
+        assert!(matches!(err, TransportError::Md5NotSupported));
+        assert!(err.to_string().contains("not supported yet"));
+        assert!(!format!("{o:?}").contains("s3cret"));
+    }
+
+    /// This kernel has no VRF devices: the option is checked on `lo`
+    /// (SO_BINDTODEVICE needs CAP_NET_RAW; the tests run as root).
+    #[test]
+    fn vrf_binds_the_device() {
+        let mut o = opts("127.0.0.1:179");
+        o.vrf = Some("lo".into());
+        let s = prepare(&o).unwrap();
+        assert_eq!(s.device().unwrap().as_deref(), Some(&b"lo"[..]));
+        o.vrf = Some("mlb-no-such-vrf".into());
+        let err = prepare(&o).unwrap_err();
+        assert!(err.to_string().contains("SO_BINDTODEVICE"), "{err}");
+    }
+
+    /// Binding only: no traffic leaves a test namespace (connections are
+    /// exercised in `tests/interop.rs`, inside the lab's namespaces).
+    #[tokio::test]
+    async fn busy_listener_port_is_an_error_not_a_panic() {
+        let o = |addr| ListenOptions {
+            addr,
+            ttl: 255,
+            password: None,
+            vrf: None,
+        };
+        let l = listen(&o("127.0.0.1:0".parse().unwrap())).unwrap();
+        let addr = l.local_addr().unwrap();
+        match listen(&o(addr)).unwrap_err() {
+            TransportError::Listen { source, .. } => {
+                assert_eq!(source.kind(), io::ErrorKind::AddrInUse)
+            }
+            other => panic!("{other}"),
+        }
+        let mut with_password = o("127.0.0.1:0".parse().unwrap());
+        with_password.password = Some("k".into());
+        assert!(matches!(
+            listen(&with_password),
+            Err(TransportError::Md5NotSupported)
+        ));
+    }
+
+    #[test]
+    fn loopback_interface_is_found() {
+        let info = interface_of("127.0.0.1".parse().unwrap()).unwrap().unwrap();
+        assert_eq!(info.name, "lo");
+        assert_eq!(info.ipv4, Some(Ipv4Addr::LOCALHOST));
+        assert_eq!(interface_of("192.0.2.254".parse().unwrap()).unwrap(), None);
+    }
+}

@@ -1,0 +1,43 @@
+//! End-to-end test harness of metallb-rs: a real Kubernetes API server (the lab,
+//! `lab/cluster up`), reached with the lab's admin kubeconfig or with ServiceAccount tokens
+//! bound to the RBAC of `deploy/`.
+//!
+//! Every test starts with [`Lab::connect`], which fails loudly (never skips) when the lab
+//! is not up, and refuses a kubeconfig that is not a metallb-rs lab's. The lab is found
+//! through the same variables as `lab/cluster`: `KUBECONFIG` (what `lab/cluster env`
+//! prints), else `LAB_STATE_DIR/kubeconfig`, else `lab/.state/kubeconfig`;
+//! `LAB_APISERVER_PORT` (checked against the kubeconfig) and `LAB_BIN_DIR` (else
+//! `lab/build bindir`) for the lab's `kubectl`.
+//!
+//! Helpers:
+//! - [`wait_until`]: polls and, on timeout, reports what it observed;
+//! - [`Lab::create_lb_service`] / [`Lab::set_endpoints`]: LoadBalancer Services with the
+//!   EndpointSlices the kube-controller-manager would make (the lab runs no EndpointSlice
+//!   controller);
+//! - [`Lab::token`] / [`Lab::client_with_token`] / [`Lab::client_as`]: TokenRequest tokens
+//!   and clients that act as a ServiceAccount, so that RBAC is what is tested;
+//!   [`Lab::wait_allowed`] waits until just-written RBAC reaches the authorizer;
+//!   [`Lab::apply_deploy_rbac`] applies `deploy/namespace.yaml` and `deploy/rbac/`;
+//! - [`Audit`]: `lab/audit-count --json` between two marks;
+//! - [`Lab::kubectl`]: the lab's own kubectl.
+//!
+//! Not here yet: starting and stopping the controller and speaker processes (one speaker
+//! per node namespace): the binaries do not exist yet.
+
+mod audit;
+mod lab;
+mod services;
+mod tokens;
+mod wait;
+
+pub use audit::{Audit, AuditCount, AuditFilter, AuditWrite};
+pub use lab::{KubectlOutput, Lab, LabEnv, TestNamespace, metallb_resource, unique_suffix};
+pub use services::{EndpointSpec, LbService, SERVICE_NAME_LABEL};
+pub use tokens::Forbidden;
+pub use wait::wait_until;
+
+/// The namespace metallb-rs runs in (and the lab creates).
+pub const METALLB_NAMESPACE: &str = "metallb-system";
+
+/// The field manager of the harness's writes.
+pub const FIELD_MANAGER: &str = "metallb-rs-e2e";

@@ -1,0 +1,11 @@
+//! End-to-end tests against the lab's real Kubernetes API server. They need a running lab
+//! (`lab/cluster up`; the LAB_* variables select another one) and fail, never skip, when
+//! it is not up. Run: `cargo test --manifest-path e2e/Cargo.toml`.
+
+mod audit;
+mod crds;
+mod deploy;
+mod harness;
+mod rbac;
+mod samples;
+mod table;
