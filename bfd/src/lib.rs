@@ -22,19 +22,28 @@
 //! - [`params`]: [`Parameters`], mirroring MetalLB's `BFDProfile`.
 //! - [`rng`]: the seeded generator behind discriminators and jitter.
 //!
-//! Not built yet: the runtime edge (sockets on 3784/4784/3785, AF_PACKET for
-//! echo, the timer loop, the per-session watch, metrics) and
-//! `metallbctl bfd-probe`.
+//!
+//! The Linux edge:
+//!
+//! - [`runtime`]: one dedicated thread owning the registry, the sockets
+//!   (3784 / 4784, IPv4 and IPv6) and a timerfd; [`Bfd::start`] and the
+//!   [`BfdHandle`] the speaker uses (acquire / release / set parameters, a
+//!   watch per session, an event stream of transitions).
+//!
+//! Not built yet: echo on the wire (AF_PACKET on 3785) and metrics. See
+//! `README.md` for `metallbctl bfd-probe` and the measurements.
 
 pub mod packet;
 pub mod params;
 pub mod path;
 pub mod registry;
 pub mod rng;
+pub mod runtime;
 pub mod session;
 
 pub use packet::{ControlPacket, Diagnostic, EchoPacket, PacketError, State};
 pub use params::{ParamError, Parameters};
 pub use path::{Hop, SessionKey};
 pub use registry::{ClientId, Registry, RegistryError, RxDrop, RxMeta};
-pub use session::{Action, Cause, ClientAction, Event, Session, StateChange, Timer};
+pub use runtime::{Bfd, BfdEvent, BfdHandle, Config};
+pub use session::{Action, Cause, ClientAction, Event, Session, SessionStatus, StateChange, Timer};

@@ -314,6 +314,13 @@ impl Registry {
         self.clients.get(&client).copied()
     }
 
+    /// The clients sharing a session, in id order.
+    pub fn clients(&self, discriminator: u32) -> Vec<ClientId> {
+        self.sessions
+            .get(&discriminator)
+            .map_or_else(Vec::new, |e| e.clients.keys().copied().collect())
+    }
+
     /// How many clients share a session.
     pub fn client_count(&self, discriminator: u32) -> usize {
         self.sessions

@@ -4,6 +4,7 @@
 //! loader and `config::parse` the daemons use and the CRD schemas the API
 //! server enforces.
 
+mod bfd_probe;
 mod bgp_probe;
 mod validate;
 
@@ -39,6 +40,9 @@ enum Command {
     /// Open one BGP session to a router, announce prefixes and print the
     /// session as JSON lines; Ctrl-C withdraws and closes with Cease.
     BgpProbe(bgp_probe::Args),
+    /// Run one BFD session against a peer and print each state change as a
+    /// JSON line; Ctrl-C sends AdminDown and exits.
+    BfdProbe(bfd_probe::Args),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +50,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Validate(args) => validate::run(args),
         Command::BgpProbe(args) => bgp_probe::run(args),
+        Command::BfdProbe(args) => bfd_probe::run(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("metallbctl: {e:#}");

@@ -1,0 +1,552 @@
+//! The runtime thread: epoll over the command eventfd, the timerfd and the
+//! receiving sockets; the registry; the deadline heap.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::fs::File;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc as std_mpsc;
+
+use nix::errno::Errno;
+use nix::sched::CloneFlags;
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::eventfd::EventFd;
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
+use tokio::sync::{mpsc, watch};
+
+use super::stats::Shared;
+use super::{Acquired, BATCH_SLACK_NS, BfdEvent, Command, Error, sys};
+use crate::packet::{ControlPacket, MAX_PACKET_LEN};
+use crate::params::Parameters;
+use crate::path::{CONTROL_PORT_MULTI_HOP, CONTROL_PORT_SINGLE_HOP, Hop, SessionKey};
+use crate::registry::{ClientId, Registry, RxMeta};
+use crate::rng::SplitMix64;
+use crate::session::{Action, Event, SessionStatus, StateChange, Timer};
+
+const TOKEN_WAKE: u64 = 0;
+const TOKEN_TIMER: u64 = 1;
+const TOKEN_RX: u64 = 2;
+/// Bound on the deadlines delivered in one pass, against a session that
+/// would keep arming timers at `now`.
+const MAX_FIRES_PER_PASS: usize = 100_000;
+
+pub(super) struct Setup {
+    pub(super) seed: u64,
+    pub(super) netns: Option<File>,
+    pub(super) require_ipv6: bool,
+    pub(super) queue: std_mpsc::Receiver<Command>,
+    pub(super) wake: Arc<EventFd>,
+    pub(super) shared: Arc<Shared>,
+}
+
+struct RxSocket {
+    socket: UdpSocket,
+    hop: Hop,
+}
+
+/// The edge's side of a session.
+struct SessionIo {
+    key: SessionKey,
+    socket: Option<UdpSocket>,
+    status: watch::Sender<SessionStatus>,
+}
+
+struct EventLoop {
+    registry: Registry,
+    rng: SplitMix64,
+    epoll: Epoll,
+    timer: TimerFd,
+    armed: Option<u64>,
+    wake: Arc<EventFd>,
+    queue: std_mpsc::Receiver<Command>,
+    rx: Vec<RxSocket>,
+    sessions: HashMap<u32, SessionIo>,
+    heap: BinaryHeap<Reverse<(u64, u32, Timer)>>,
+    deadlines: HashMap<(u32, Timer), u64>,
+    subscribers: Vec<mpsc::UnboundedSender<BfdEvent>>,
+    shared: Arc<Shared>,
+    ifnames: HashMap<u32, String>,
+    cmsg: Vec<u8>,
+    last_now: u64,
+}
+
+pub(super) fn run(setup: Setup, ready: std_mpsc::Sender<Result<(), Error>>) {
+    match EventLoop::new(setup) {
+        Ok(mut lp) => {
+            let _ = ready.send(Ok(()));
+            lp.run();
+        }
+        Err(e) => {
+            let _ = ready.send(Err(e));
+        }
+    }
+}
+
+impl EventLoop {
+    fn new(setup: Setup) -> Result<EventLoop, Error> {
+        if let Some(ns) = &setup.netns {
+            // Only this thread moves.
+            nix::sched::setns(ns, CloneFlags::CLONE_NEWNET)
+                .map_err(|e| Error::io("entering the network namespace", e))?;
+        }
+        setup
+            .shared
+            .tid
+            .store(nix::unistd::gettid().as_raw(), Ordering::Relaxed);
+        let epoll =
+            Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| Error::io("epoll", e))?;
+        let timer = TimerFd::new(
+            ClockId::CLOCK_MONOTONIC,
+            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+        )
+        .map_err(|e| Error::io("timerfd", e))?;
+        epoll
+            .add(
+                setup.wake.as_ref(),
+                EpollEvent::new(EpollFlags::EPOLLIN, TOKEN_WAKE),
+            )
+            .map_err(|e| Error::io("epoll", e))?;
+        epoll
+            .add(&timer, EpollEvent::new(EpollFlags::EPOLLIN, TOKEN_TIMER))
+            .map_err(|e| Error::io("epoll", e))?;
+        let mut rx = Vec::new();
+        for v6 in [false, true] {
+            for (hop, port) in [
+                (Hop::SingleHop, CONTROL_PORT_SINGLE_HOP),
+                (Hop::MultiHop, CONTROL_PORT_MULTI_HOP),
+            ] {
+                let family = if v6 { "IPv6" } else { "IPv4" };
+                match sys::rx_socket(v6, port) {
+                    Ok(socket) => {
+                        let token = TOKEN_RX + rx.len() as u64;
+                        epoll
+                            .add(&socket, EpollEvent::new(EpollFlags::EPOLLIN, token))
+                            .map_err(|e| Error::io("epoll", e))?;
+                        rx.push(RxSocket { socket, hop });
+                    }
+                    // IPv6 disabled on the host: IPv4 still works.
+                    Err(e)
+                        if v6
+                            && !setup.require_ipv6
+                            && matches!(
+                                e.raw_os_error().map(Errno::from_raw),
+                                Some(Errno::EAFNOSUPPORT | Errno::EADDRNOTAVAIL)
+                            ) => {}
+                    Err(e) => {
+                        return Err(Error::io(
+                            format!("listening on UDP port {port} ({family})"),
+                            e,
+                        ));
+                    }
+                }
+            }
+        }
+        let mut rng = SplitMix64::new(setup.seed);
+        Ok(EventLoop {
+            registry: Registry::new(rng.next_u64()),
+            rng,
+            epoll,
+            timer,
+            armed: None,
+            wake: setup.wake,
+            queue: setup.queue,
+            rx,
+            sessions: HashMap::new(),
+            heap: BinaryHeap::new(),
+            deadlines: HashMap::new(),
+            subscribers: Vec::new(),
+            shared: setup.shared,
+            ifnames: HashMap::new(),
+            cmsg: sys::cmsg_buffer(),
+            last_now: 0,
+        })
+    }
+
+    /// The clock, never going backwards for the sessions.
+    fn now(&mut self) -> u64 {
+        self.last_now = self.last_now.max(sys::monotonic_ns());
+        self.last_now
+    }
+
+    fn run(&mut self) {
+        let mut events = [EpollEvent::empty(); 16];
+        loop {
+            let n = match self.epoll.wait(&mut events, EpollTimeout::NONE) {
+                Ok(n) => n,
+                Err(Errno::EINTR) => continue,
+                Err(_) => {
+                    // Cannot happen with valid descriptors; do not spin.
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    continue;
+                }
+            };
+            Shared::bump(&self.shared.wakeups);
+            let mut commands = false;
+            for event in &events[..n] {
+                match event.data() {
+                    TOKEN_WAKE => commands = true,
+                    TOKEN_TIMER => {
+                        // Drain the expiration count; EAGAIN if already read.
+                        let _ = self.timer.wait();
+                    }
+                    token => self.drain_socket((token - TOKEN_RX) as usize),
+                }
+            }
+            if commands {
+                let _ = self.wake.read();
+                if !self.drain_commands() {
+                    self.shutdown();
+                    return;
+                }
+            }
+            self.fire_due();
+            self.rearm();
+        }
+    }
+
+    // ---- receiving ----
+
+    fn drain_socket(&mut self, index: usize) {
+        let mut buf = [0u8; 512];
+        let Some(rx) = self.rx.get(index) else { return };
+        let hop = rx.hop;
+        loop {
+            let Some(rx) = self.rx.get(index) else { return };
+            let datagram = match sys::recv(&rx.socket, &mut buf, &mut self.cmsg) {
+                Ok(d) => d,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    Shared::bump(&self.shared.rx_errors);
+                    return;
+                }
+            };
+            Shared::bump(&self.shared.control_rx);
+            let now = self.now();
+            let interface = datagram.ifindex.and_then(|i| self.interface_name(i));
+            let meta = RxMeta {
+                hop,
+                interface: interface.as_deref(),
+                source: datagram.source,
+                // Without packet info only the discriminator can match.
+                destination: datagram.destination.unwrap_or(datagram.source),
+                // Without the TTL the session refuses the packet.
+                ttl: datagram.ttl.unwrap_or(0),
+            };
+            let len = datagram.len.min(buf.len());
+            match self.registry.receive_control(&buf[..len], &meta, now) {
+                Ok((discriminator, actions)) => self.apply(discriminator, actions, None),
+                Err(_) => Shared::bump(&self.shared.rx_unmatched),
+            }
+        }
+    }
+
+    fn interface_name(&mut self, index: u32) -> Option<String> {
+        if let Some(name) = self.ifnames.get(&index) {
+            return Some(name.clone());
+        }
+        let name = sys::interface_name(index)?;
+        self.ifnames.insert(index, name.clone());
+        Some(name)
+    }
+
+    // ---- commands ----
+
+    /// Returns false when the runtime must stop.
+    fn drain_commands(&mut self) -> bool {
+        loop {
+            let command = match self.queue.try_recv() {
+                Ok(c) => c,
+                Err(std_mpsc::TryRecvError::Empty) => return true,
+                Err(std_mpsc::TryRecvError::Disconnected) => return false,
+            };
+            match command {
+                Command::Acquire { key, params, reply } => {
+                    let result = self.acquire(key, params);
+                    let _ = reply.send(result);
+                }
+                Command::Release { client, reply } => {
+                    let result = self.release(client);
+                    let _ = reply.send(result);
+                }
+                Command::SetParameters {
+                    client,
+                    params,
+                    reply,
+                } => {
+                    let result = self.set_parameters(client, params);
+                    let _ = reply.send(result);
+                }
+                Command::Subscribe(tx) => self.subscribers.push(tx),
+                Command::Shutdown => return false,
+            }
+        }
+    }
+
+    fn acquire(&mut self, key: SessionKey, params: Parameters) -> Result<Acquired, Error> {
+        if params.echo_mode {
+            return Err(Error::EchoUnsupported);
+        }
+        // Interfaces may have been renamed or created since the cache filled.
+        self.ifnames.clear();
+        let now = self.now();
+        let acquired = self.registry.acquire(key.clone(), params, now)?;
+        let discriminator = acquired.discriminator;
+        if acquired.created {
+            let status = self
+                .registry
+                .session(discriminator)
+                .expect("just created")
+                .status();
+            let (tx, _) = watch::channel(status);
+            self.sessions.insert(
+                discriminator,
+                SessionIo {
+                    key,
+                    socket: None,
+                    status: tx,
+                },
+            );
+            self.shared
+                .sessions
+                .store(self.sessions.len() as u64, Ordering::Relaxed);
+        }
+        let status = self.sessions[&discriminator].status.subscribe();
+        self.apply(discriminator, acquired.actions, None);
+        Ok((acquired.client, status))
+    }
+
+    fn release(&mut self, client: ClientId) -> Result<(), Error> {
+        let discriminator = self
+            .registry
+            .client_session(client)
+            .ok_or(crate::registry::RegistryError::UnknownClient(client))?;
+        let now = self.now();
+        if self.registry.client_count(discriminator) == 1 {
+            // The last client: AdminDown first, so that the watch and the
+            // subscribers see it before the session goes.
+            if let Some(actions) = self.registry.handle(discriminator, Event::AdminDown, now) {
+                self.apply(discriminator, actions, None);
+            }
+        }
+        let released = self.registry.release(client, now)?;
+        self.apply(discriminator, released.actions, None);
+        if released.removed {
+            self.sessions.remove(&discriminator);
+            for timer in Timer::ALL {
+                self.deadlines.remove(&(discriminator, timer));
+            }
+            self.shared
+                .sessions
+                .store(self.sessions.len() as u64, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn set_parameters(&mut self, client: ClientId, params: Parameters) -> Result<(), Error> {
+        if params.echo_mode {
+            return Err(Error::EchoUnsupported);
+        }
+        let now = self.now();
+        let (discriminator, actions) = self.registry.set_parameters(client, params, now)?;
+        self.apply(discriminator, actions, None);
+        Ok(())
+    }
+
+    fn shutdown(&mut self) {
+        let now = self.now();
+        let all: Vec<u32> = self.sessions.keys().copied().collect();
+        for discriminator in all {
+            if let Some(actions) = self.registry.handle(discriminator, Event::AdminDown, now) {
+                self.apply(discriminator, actions, None);
+            }
+        }
+    }
+
+    // ---- timers ----
+
+    fn fire_due(&mut self) {
+        for _ in 0..MAX_FIRES_PER_PASS {
+            let Some(&Reverse((at, discriminator, timer))) = self.heap.peek() else {
+                return;
+            };
+            if self.deadlines.get(&(discriminator, timer)) != Some(&at) {
+                self.heap.pop(); // stale: re-armed or cancelled
+                continue;
+            }
+            let now = self.now();
+            if at > now + BATCH_SLACK_NS {
+                return;
+            }
+            self.heap.pop();
+            self.deadlines.remove(&(discriminator, timer));
+            Shared::bump(&self.shared.timer_expiries);
+            // A deadline delivered a little early is delivered at its time.
+            let at_or_now = now.max(at);
+            if let Some(actions) =
+                self.registry
+                    .handle(discriminator, Event::TimerExpired(timer), at_or_now)
+            {
+                let periodic = (timer == Timer::Tx).then_some(at);
+                self.apply(discriminator, actions, periodic);
+            }
+        }
+    }
+
+    /// Arms the timerfd at the earliest live deadline.
+    fn rearm(&mut self) {
+        let next = loop {
+            match self.heap.peek() {
+                None => break None,
+                Some(&Reverse((at, d, t))) => {
+                    if self.deadlines.get(&(d, t)) == Some(&at) {
+                        break Some(at);
+                    }
+                    self.heap.pop();
+                }
+            }
+        };
+        if next == self.armed {
+            return;
+        }
+        let result = match next {
+            Some(at) => self.timer.set(
+                Expiration::OneShot(TimeSpec::from_duration(std::time::Duration::from_nanos(
+                    at.max(1),
+                ))),
+                TimerSetTimeFlags::TFD_TIMER_ABSTIME,
+            ),
+            None => self.timer.unset(),
+        };
+        self.armed = if result.is_ok() { next } else { None };
+    }
+
+    // ---- actions ----
+
+    /// Carries out a session's actions. `periodic` is the deadline of the
+    /// Tx timer that produced them, for the lateness histogram.
+    fn apply(&mut self, discriminator: u32, actions: Vec<Action>, periodic: Option<u64>) {
+        let mut changes: Vec<StateChange> = Vec::new();
+        for action in actions {
+            match action {
+                Action::SendControl(packet) => {
+                    self.send(discriminator, &packet);
+                    if let Some(at) = periodic {
+                        let late = sys::monotonic_ns().saturating_sub(at);
+                        self.shared.tx_lateness.record_ns(late);
+                    }
+                }
+                // Echo is refused at acquire: no session runs it.
+                Action::SendEcho(_) => {}
+                Action::ArmTimer { timer, at_ns } => {
+                    self.deadlines.insert((discriminator, timer), at_ns);
+                    self.heap.push(Reverse((at_ns, discriminator, timer)));
+                }
+                Action::CancelTimer(timer) => {
+                    self.deadlines.remove(&(discriminator, timer));
+                }
+                Action::StateChanged(change) => changes.push(change),
+            }
+        }
+        self.publish(discriminator, &changes);
+    }
+
+    fn send(&mut self, discriminator: u32, packet: &ControlPacket) {
+        let Some(io) = self.sessions.get_mut(&discriminator) else {
+            return;
+        };
+        if io.socket.is_none() {
+            match sys::tx_socket(&io.key, &mut self.rng) {
+                Ok(s) => io.socket = Some(s),
+                Err(_) => {
+                    Shared::bump(&self.shared.tx_errors);
+                    return;
+                }
+            }
+        }
+        let mut buf = [0u8; MAX_PACKET_LEN];
+        let Ok(len) = packet.encode(&mut buf) else {
+            return;
+        };
+        let to = SocketAddr::new(io.key.remote, io.key.hop.control_port());
+        let socket = io.socket.as_ref().expect("opened above");
+        match socket.send_to(&buf[..len], to) {
+            Ok(_) => Shared::bump(&self.shared.control_tx),
+            Err(e) => {
+                Shared::bump(&self.shared.tx_errors);
+                // A queue full is transient; anything else (the address or
+                // the interface went away) reopens the socket next time.
+                if e.kind() != io::ErrorKind::WouldBlock
+                    && e.raw_os_error() != Some(Errno::ENOBUFS as i32)
+                {
+                    io.socket = None;
+                }
+            }
+        }
+    }
+
+    /// Updates the session's watch (in place; receivers are woken when
+    /// something other than counters and timestamps changed) and sends the
+    /// transitions to the subscribers.
+    fn publish(&mut self, discriminator: u32, changes: &[StateChange]) {
+        let (Some(session), Some(io)) = (
+            self.registry.session(discriminator),
+            self.sessions.get(&discriminator),
+        ) else {
+            return;
+        };
+        let status = session.status();
+        io.status.send_if_modified(|current| {
+            let notify = !changes.is_empty() || significant(current) != significant(&status);
+            *current = status.clone();
+            notify
+        });
+        if changes.is_empty() {
+            return;
+        }
+        let clients = self.registry.clients(discriminator);
+        for change in changes {
+            let event = BfdEvent {
+                discriminator,
+                key: io.key.clone(),
+                change: *change,
+                client_action: change.client_action(),
+                clients: clients.clone(),
+                status: status.clone(),
+            };
+            self.subscribers.retain(|s| s.send(event.clone()).is_ok());
+        }
+    }
+}
+
+/// What wakes a watch receiver: everything but counters and timestamps.
+fn significant(
+    s: &SessionStatus,
+) -> (
+    crate::packet::State,
+    crate::packet::Diagnostic,
+    crate::session::RemoteInfo,
+    Parameters,
+    [u64; 6],
+    [bool; 3],
+) {
+    (
+        s.state,
+        s.local_diag,
+        s.remote,
+        s.params,
+        [
+            u64::from(s.advertised_min_tx_us),
+            u64::from(s.advertised_min_rx_us),
+            s.tx_interval_us,
+            s.rx_interval_us,
+            s.detection_time_us,
+            u64::from(s.advertised_min_echo_rx_us),
+        ],
+        [s.transmitting, s.poll_in_progress, s.echo_active],
+    )
+}

@@ -1,0 +1,180 @@
+//! The system calls of the runtime, all through `nix`'s safe wrappers: the
+//! clock, UDP sockets with their options, and `recvmsg` with the TTL / hop
+//! limit and packet-info control messages.
+
+use std::ffi::OsString;
+use std::io::{self, IoSliceMut};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use nix::errno::Errno;
+use nix::sys::socket::{
+    self, AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockProtocol, SockType,
+    SockaddrIn, SockaddrIn6, SockaddrLike, SockaddrStorage, sockopt,
+};
+use nix::time::ClockId;
+
+use crate::path::{SINGLE_HOP_TTL, SOURCE_PORT_MAX, SOURCE_PORT_MIN, SessionKey};
+use crate::rng::SplitMix64;
+
+/// `CLOCK_MONOTONIC` in ns: the sessions' clock, and the clock of the
+/// timerfd's absolute deadlines.
+pub fn monotonic_ns() -> u64 {
+    let ts = nix::time::clock_gettime(ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is always readable");
+    // Both fields are non-negative for CLOCK_MONOTONIC.
+    (ts.tv_sec() as u64) * 1_000_000_000 + ts.tv_nsec() as u64
+}
+
+fn udp_socket(v6: bool) -> io::Result<OwnedFd> {
+    let family = if v6 {
+        AddressFamily::Inet6
+    } else {
+        AddressFamily::Inet
+    };
+    Ok(socket::socket(
+        family,
+        SockType::Datagram,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        SockProtocol::Udp,
+    )?)
+}
+
+fn bind(fd: &OwnedFd, addr: SocketAddr) -> Result<(), Errno> {
+    match addr {
+        SocketAddr::V4(a) => socket::bind(fd.as_raw_fd(), &SockaddrIn::from(a)),
+        SocketAddr::V6(a) => socket::bind(fd.as_raw_fd(), &SockaddrIn6::from(a)),
+    }
+}
+
+/// A receiving socket on `port` (3784 or 4784) for every local address of
+/// one family, delivering the TTL / hop limit, the destination address and
+/// the ingress interface of each packet. IPv6 sockets are IPv6-only.
+pub fn rx_socket(v6: bool, port: u16) -> io::Result<UdpSocket> {
+    let fd = udp_socket(v6)?;
+    let any: SocketAddr = if v6 {
+        SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0).into()
+    } else {
+        SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port).into()
+    };
+    if v6 {
+        socket::setsockopt(&fd, sockopt::Ipv6V6Only, &true)?;
+        socket::setsockopt(&fd, sockopt::Ipv6RecvHopLimit, &true)?;
+        socket::setsockopt(&fd, sockopt::Ipv6RecvPacketInfo, &true)?;
+    } else {
+        socket::setsockopt(&fd, sockopt::Ipv4RecvTtl, &true)?;
+        socket::setsockopt(&fd, sockopt::Ipv4PacketInfo, &true)?;
+    }
+    bind(&fd, any)?;
+    Ok(UdpSocket::from(fd))
+}
+
+/// The sending socket of a session (RFC 5881 §4, RFC 5883 §5): bound to the
+/// local address and a free source port in 49152-65535, TTL / hop limit
+/// 255, and bound to the session's interface when it has one
+/// (`SO_BINDTODEVICE`, which needs `CAP_NET_RAW`).
+pub fn tx_socket(key: &SessionKey, rng: &mut SplitMix64) -> io::Result<UdpSocket> {
+    let v6 = key.local.is_ipv6();
+    let fd = udp_socket(v6)?;
+    if let Some(interface) = &key.interface {
+        socket::setsockopt(&fd, sockopt::BindToDevice, &OsString::from(interface))?;
+    }
+    let ttl = i32::from(SINGLE_HOP_TTL);
+    if v6 {
+        socket::setsockopt(&fd, sockopt::Ipv6V6Only, &true)?;
+        socket::setsockopt(&fd, sockopt::Ipv6Ttl, &ttl)?;
+    } else {
+        socket::setsockopt(&fd, sockopt::Ipv4Ttl, &ttl)?;
+    }
+    // Nothing is ever read from it.
+    socket::setsockopt(&fd, sockopt::RcvBuf, &1024)?;
+    let span = u64::from(SOURCE_PORT_MAX - SOURCE_PORT_MIN) + 1;
+    let mut last = Errno::EADDRINUSE;
+    for _ in 0..64 {
+        let port = SOURCE_PORT_MIN + (rng.next_u64() % span) as u16;
+        match bind(&fd, SocketAddr::new(key.local, port)) {
+            Ok(()) => return Ok(UdpSocket::from(fd)),
+            Err(Errno::EADDRINUSE) => last = Errno::EADDRINUSE,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(last.into())
+}
+
+/// What `recvmsg` told about one datagram.
+#[derive(Clone, Copy, Debug)]
+pub struct Datagram {
+    pub len: usize,
+    pub source: IpAddr,
+    /// Destination address of the IP header (`IP_PKTINFO` / `IPV6_PKTINFO`).
+    pub destination: Option<IpAddr>,
+    pub ifindex: Option<u32>,
+    /// TTL / hop limit (`IP_RECVTTL` / `IPV6_RECVHOPLIMIT`).
+    pub ttl: Option<u8>,
+}
+
+/// Control message space for the options [`rx_socket`] sets.
+pub fn cmsg_buffer() -> Vec<u8> {
+    nix::cmsg_space!(
+        nix::libc::in6_pktinfo,
+        nix::libc::c_int,
+        nix::libc::in_pktinfo
+    )
+}
+
+/// Receives one datagram without blocking (`WouldBlock` when none is
+/// queued).
+pub fn recv(sock: &UdpSocket, buf: &mut [u8], cmsg: &mut [u8]) -> io::Result<Datagram> {
+    let mut iov = [IoSliceMut::new(buf)];
+    let msg = socket::recvmsg::<SockaddrStorage>(
+        sock.as_raw_fd(),
+        &mut iov,
+        Some(cmsg),
+        MsgFlags::MSG_DONTWAIT,
+    )?;
+    let source = msg
+        .address
+        .as_ref()
+        .and_then(storage_ip)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no source address"))?;
+    let mut out = Datagram {
+        len: msg.bytes,
+        source,
+        destination: None,
+        ifindex: None,
+        ttl: None,
+    };
+    for c in msg.cmsgs()? {
+        match c {
+            ControlMessageOwned::Ipv4Ttl(ttl) => out.ttl = u8::try_from(ttl).ok(),
+            ControlMessageOwned::Ipv6HopLimit(ttl) => out.ttl = u8::try_from(ttl).ok(),
+            ControlMessageOwned::Ipv4PacketInfo(info) => {
+                out.destination = Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                    info.ipi_addr.s_addr,
+                ))));
+                out.ifindex = u32::try_from(info.ipi_ifindex).ok();
+            }
+            ControlMessageOwned::Ipv6PacketInfo(info) => {
+                out.destination = Some(IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr)));
+                out.ifindex = Some(info.ipi6_ifindex);
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+fn storage_ip(addr: &SockaddrStorage) -> Option<IpAddr> {
+    match addr.family()? {
+        AddressFamily::Inet => addr.as_sockaddr_in().map(|a| IpAddr::V4(a.ip())),
+        AddressFamily::Inet6 => addr.as_sockaddr_in6().map(|a| IpAddr::V6(a.ip())),
+        _ => None,
+    }
+}
+
+/// The name of an interface index.
+pub fn interface_name(index: u32) -> Option<String> {
+    nix::net::if_::if_indextoname(index)
+        .ok()
+        .map(|name| name.to_string_lossy().into_owned())
+}
