@@ -26,9 +26,13 @@
 //! `linux::sys` (bind to a `sockaddr_ll`, attach a socket filter, register
 //! a socket with tokio), each call with its safety argument.
 //!
-//! Not built yet (see the arp-ndp crate issue): `metallbctl l2-announce`,
-//! the lab tests through `testkit/` (two nodes, MLD snooping bridge,
-//! ownership moves), fuzzing campaign figures, and BENCHMARKS.md.
+//! Also in [`linux`]: [`linux::probe()`], one who-has or solicitation and a
+//! short wait, to see whether another MAC already answers for an IP
+//! (`metallbctl l2-announce` runs it before owning; see the crate's
+//! README.md for the command).
+//!
+//! Not built yet (see the arp-ndp crate issue): reply latency, replies per
+//! second and idle CPU with 1,000 owned IPs for BENCHMARKS.md.
 
 pub mod announce;
 pub mod interfaces;

@@ -6,6 +6,7 @@
 
 mod bfd_probe;
 mod bgp_probe;
+mod l2_announce;
 mod validate;
 
 use std::process::ExitCode;
@@ -43,6 +44,9 @@ enum Command {
     /// Run one BFD session against a peer and print each state change as a
     /// JSON line; Ctrl-C sends AdminDown and exits.
     BfdProbe(bfd_probe::Args),
+    /// Own IPs on an interface (ARP/NDP answers, gratuitous burst) and print
+    /// requests, gratuitous packets and counters as JSON lines until Ctrl-C.
+    L2Announce(l2_announce::Args),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +55,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => validate::run(args),
         Command::BgpProbe(args) => bgp_probe::run(args),
         Command::BfdProbe(args) => bfd_probe::run(args),
+        Command::L2Announce(args) => l2_announce::run(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("metallbctl: {e:#}");

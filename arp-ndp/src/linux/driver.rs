@@ -23,7 +23,7 @@ use super::socket::{PacketSocket, Protocol};
 use crate::announce::AnnounceConfig;
 use crate::interfaces::{AllowedInterfaces, ExcludeList, Interface};
 use crate::metrics::Metrics;
-use crate::packet::{EthernetHeader, MacAddr};
+use crate::packet::{ArpFrame, ArpOp, EthernetHeader, MacAddr};
 use crate::responder::{Decision, DropReason};
 use crate::state::{IpCounters, L2State, MembershipChange};
 
@@ -72,6 +72,41 @@ pub struct RequestEvent {
     pub dropped: Option<DropReason>,
 }
 
+/// Which form a gratuitous packet took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GratuitousKind {
+    /// ARP request form (sender = target = the IP, to broadcast).
+    ArpRequest,
+    /// ARP reply form.
+    ArpReply,
+    /// Unsolicited Neighbor Advertisement to ff02::1, Override set.
+    UnsolicitedNa,
+}
+
+impl GratuitousKind {
+    /// Short name for logs and JSON.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            GratuitousKind::ArpRequest => "arp-request",
+            GratuitousKind::ArpReply => "arp-reply",
+            GratuitousKind::UnsolicitedNa => "unsolicited-na",
+        }
+    }
+}
+
+/// A gratuitous packet the driver sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GratuitousEvent {
+    /// Interface it went out of.
+    pub interface: String,
+    /// The owned IP announced.
+    pub ip: IpAddr,
+    /// Its form.
+    pub kind: GratuitousKind,
+    /// Whether the send succeeded (a failed send is still counted).
+    pub sent: bool,
+}
+
 enum Command {
     Own(IpAddr, AllowedInterfaces),
     Disown(IpAddr),
@@ -88,6 +123,7 @@ pub struct L2Handle {
     commands: mpsc::UnboundedSender<Command>,
     state: Arc<Mutex<L2State>>,
     events: broadcast::Sender<RequestEvent>,
+    gratuitous: broadcast::Sender<GratuitousEvent>,
 }
 
 impl std::fmt::Debug for Command {
@@ -138,6 +174,11 @@ impl L2Handle {
     pub fn subscribe(&self) -> broadcast::Receiver<RequestEvent> {
         self.events.subscribe()
     }
+
+    /// Gratuitous packets sent from now on.
+    pub fn subscribe_gratuitous(&self) -> broadcast::Receiver<GratuitousEvent> {
+        self.gratuitous.subscribe()
+    }
 }
 
 struct IfSockets {
@@ -165,6 +206,7 @@ struct Driver {
     frames_rx: mpsc::Receiver<(String, Vec<u8>)>,
     commands: mpsc::UnboundedReceiver<Command>,
     events: broadcast::Sender<RequestEvent>,
+    gratuitous: broadcast::Sender<GratuitousEvent>,
 }
 
 /// Starts the driver in the calling thread's network namespace (sockets
@@ -182,6 +224,7 @@ pub async fn start(
     let (commands_tx, commands) = mpsc::unbounded_channel();
     let (frames_tx, frames_rx) = mpsc::channel(RX_QUEUE);
     let (events, _) = broadcast::channel(1024);
+    let (gratuitous, _) = broadcast::channel(1024);
     let mut d = Driver {
         state: state.clone(),
         watcher,
@@ -192,12 +235,14 @@ pub async fn start(
         frames_rx,
         commands,
         events: events.clone(),
+        gratuitous: gratuitous.clone(),
     };
     d.reconcile(Instant::now())?;
     let handle = L2Handle {
         commands: commands_tx,
         state,
         events,
+        gratuitous,
     };
     Ok((handle, tokio::spawn(d.run())))
 }
@@ -245,9 +290,10 @@ impl Driver {
                 iface.name.clone(),
                 self.frames_tx.clone(),
             )));
-            match proto {
-                Protocol::Arp => s.arp = Some(sock),
-                Protocol::Ndp => s.ndp = Some(sock),
+            if proto == Protocol::Arp {
+                s.arp = Some(sock);
+            } else {
+                s.ndp = Some(sock);
             }
         }
         Ok(s)
@@ -325,13 +371,15 @@ impl Driver {
         }
     }
 
-    fn send(&self, interface: &str, ip: IpAddr, frame: &[u8]) {
+    fn send(&self, interface: &str, ip: IpAddr, frame: &[u8]) -> bool {
         let Some(sock) = self.socket_for(interface, ip) else {
-            return;
+            return false;
         };
         if let Err(e) = sock.send(frame) {
             tracing::warn!(interface, %ip, error = %e, "send failed");
+            return false;
         }
+        true
     }
 
     fn command(&mut self, c: Command, now: Instant) {
@@ -370,7 +418,19 @@ impl Driver {
     fn flush(&mut self, now: Instant) {
         let out = lock(&self.state).poll(now);
         for o in out {
-            self.send(&o.interface, o.ip, &o.frame);
+            let sent = self.send(&o.interface, o.ip, &o.frame);
+            let kind = match ArpFrame::decode(&o.frame) {
+                Ok(f) if f.arp.op == ArpOp::Reply => GratuitousKind::ArpReply,
+                Ok(_) => GratuitousKind::ArpRequest,
+                Err(_) => GratuitousKind::UnsolicitedNa,
+            };
+            // No subscriber is fine.
+            let _ = self.gratuitous.send(GratuitousEvent {
+                interface: o.interface,
+                ip: o.ip,
+                kind,
+                sent,
+            });
         }
     }
 

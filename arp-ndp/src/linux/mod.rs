@@ -6,10 +6,15 @@
 pub mod driver;
 pub mod membership;
 pub mod netlink;
+pub mod probe;
 pub mod socket;
 mod sys;
 
-pub use driver::{DriverConfig, DriverError, L2Handle, RequestEvent, Stopped, start};
+pub use driver::{
+    DriverConfig, DriverError, GratuitousEvent, GratuitousKind, L2Handle, RequestEvent, Stopped,
+    start,
+};
 pub use membership::Memberships;
 pub use netlink::{InterfaceWatcher, LinkTable, NetlinkError};
+pub use probe::{ProbeError, probe};
 pub use socket::{PacketSocket, Protocol};

@@ -30,7 +30,10 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
 use super::sys::{SockFilter, attach_filter, bind_packet, register_async};
-use crate::packet::{ETHERTYPE_ARP, ETHERTYPE_IPV6, ICMPV6_NEIGHBOR_SOLICITATION, IPPROTO_ICMPV6};
+use crate::packet::{
+    ETHERTYPE_ARP, ETHERTYPE_IPV6, ICMPV6_NEIGHBOR_ADVERTISEMENT, ICMPV6_NEIGHBOR_SOLICITATION,
+    IPPROTO_ICMPV6,
+};
 
 /// Which frames a socket receives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,14 +42,18 @@ pub enum Protocol {
     Arp,
     /// IPv6 Neighbor Solicitations.
     Ndp,
+    /// ARP replies (what a probe for an address waits for).
+    ArpReply,
+    /// IPv6 Neighbor Advertisements (what a probe for an address waits for).
+    NdpAdvertisement,
 }
 
 impl Protocol {
     /// The ethertype the socket is bound to.
     pub const fn ethertype(self) -> u16 {
         match self {
-            Protocol::Arp => ETHERTYPE_ARP,
-            Protocol::Ndp => ETHERTYPE_IPV6,
+            Protocol::Arp | Protocol::ArpReply => ETHERTYPE_ARP,
+            Protocol::Ndp | Protocol::NdpAdvertisement => ETHERTYPE_IPV6,
         }
     }
 }
@@ -80,6 +87,15 @@ pub(crate) fn filter_program(proto: Protocol) -> Vec<SockFilter> {
             (LD_H_ABS, 12, ETHERTYPE_IPV6 as u32),
             (LD_B_ABS, 20, IPPROTO_ICMPV6 as u32), // IPv6 next header
             (LD_B_ABS, 54, ICMPV6_NEIGHBOR_SOLICITATION as u32),
+        ],
+        Protocol::ArpReply => &[
+            (LD_H_ABS, 12, ETHERTYPE_ARP as u32),
+            (LD_H_ABS, 20, 2), // ARP operation: reply
+        ],
+        Protocol::NdpAdvertisement => &[
+            (LD_H_ABS, 12, ETHERTYPE_IPV6 as u32),
+            (LD_B_ABS, 20, IPPROTO_ICMPV6 as u32),
+            (LD_B_ABS, 54, ICMPV6_NEIGHBOR_ADVERTISEMENT as u32),
         ],
     };
     // Layout: ld pkttype; jeq OTHERHOST->drop; jeq OUTGOING->drop;
@@ -233,5 +249,29 @@ mod tests {
         .encode_frame(M, M, t, t);
         assert_eq!(run(&p, 0, &na), 0);
         assert_eq!(run(&p, 0, &ns[..40]), 0, "short frames are dropped");
+    }
+
+    #[test]
+    fn probe_filters_pass_answers_only() {
+        let t = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x10);
+        let na = NeighborAdvertisement {
+            router: false,
+            solicited: true,
+            override_flag: true,
+            target: t,
+            target_lla: Some(M),
+        }
+        .encode_frame(M, M, t, t);
+        let ns = NeighborSolicitation::resolve_frame(M, Ipv6Addr::LOCALHOST, t);
+        let p = filter_program(Protocol::NdpAdvertisement);
+        assert_eq!(run(&p, 0, &na), ACCEPT);
+        assert_eq!(run(&p, 0, &ns), 0);
+        assert_eq!(run(&p, PACKET_OUTGOING, &na), 0);
+        let p = filter_program(Protocol::ArpReply);
+        let v4 = Ipv4Addr::new(192, 0, 2, 10);
+        let rep = ArpFrame::gratuitous(ArpOp::Reply, M, v4).encode();
+        let req = ArpFrame::gratuitous(ArpOp::Request, M, v4).encode();
+        assert_eq!(run(&p, 0, &rep), ACCEPT);
+        assert_eq!(run(&p, 0, &req), 0);
     }
 }
