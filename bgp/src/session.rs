@@ -57,7 +57,8 @@ pub struct PeerConfig {
     pub source: Option<IpAddr>,
     /// `ebgpMultiHop`.
     pub ebgp_multihop: bool,
-    /// TCP MD5 password (see [`TransportError::Md5NotSupported`]).
+    /// TCP MD5 password (RFC 2385), installed for the peer on every
+    /// connecting socket and on the listener. Never printed.
     pub password: Option<String>,
     /// `vrf`.
     pub vrf: Option<String>,
@@ -450,7 +451,12 @@ impl Driver {
         let opts = ListenOptions {
             addr,
             ttl: self.config.ttl(),
-            password: self.config.password.clone(),
+            md5: self
+                .config
+                .password
+                .iter()
+                .map(|p| (self.config.peer.ip(), p.clone()))
+                .collect(),
             vrf: self.config.vrf.clone(),
         };
         let tx = self.ev_tx.clone();
@@ -702,9 +708,10 @@ impl Driver {
             h.abort();
             if !self.stopping {
                 let text = format!(
-                    "connect to {}: no answer within the connect retry time{}",
+                    "connect to {}: no answer within the connect retry time{}{}",
                     self.config.peer,
-                    self.multihop_hint()
+                    self.multihop_hint(),
+                    self.md5_hint()
                 );
                 self.set_error(LastError::session(text, SystemTime::now()));
             }
@@ -810,6 +817,14 @@ impl Driver {
                         ) {
                             err.text.push_str(self.multihop_hint());
                         }
+                        let handshake_failed = match &e {
+                            TransportError::ConnectTimeout { .. } => true,
+                            TransportError::Socket { op, .. } => op.starts_with("connect"),
+                            _ => false,
+                        };
+                        if handshake_failed {
+                            err.text.push_str(self.md5_hint());
+                        }
                         self.set_error(err);
                         self.input(Input::TcpConnectionFails { conn });
                     }
@@ -876,6 +891,17 @@ impl Driver {
             && !on_connected_subnet(self.config.peer.ip())
         {
             " (the eBGP peer is not on a connected subnet and TTL is 1: set ebgpMultiHop)"
+        } else {
+            ""
+        }
+    }
+
+    /// A peer with another (or no) TCP MD5 key drops our SYNs without an
+    /// answer: a timeout is all we see, so say what to check.
+    fn md5_hint(&self) -> &'static str {
+        if self.config.password.is_some() {
+            " (TCP MD5 is configured: a peer with a different or no password drops \
+             the connection silently; check the password on both sides)"
         } else {
             ""
         }
@@ -1028,13 +1054,15 @@ mod tests {
         assert!(!format!("{p:?}").contains("s3cret"));
     }
 
-    /// The driver records the MD5 refusal as the session's error, does not
-    /// connect without the key, and shuts down on request. No packet is
-    /// sent: the socket is refused before `connect`.
+    /// A TCP MD5 key the kernel refuses (over 80 bytes) is the session's
+    /// error, without the password; the session does not connect without
+    /// the key, and shuts down on request. No packet is sent: the socket
+    /// fails before `connect`.
     #[tokio::test]
-    async fn md5_refusal_is_a_session_error_and_shutdown_ends_the_task() {
+    async fn md5_key_error_is_a_session_error_and_shutdown_ends_the_task() {
         let mut p = peer(64512, PeerAs::Fixed(64513));
-        p.password = Some("s3cret".into());
+        let secret = format!("s3cret{}", "x".repeat(80));
+        p.password = Some(secret.clone());
         let session = Session::spawn(p, None).unwrap();
         let mut state = session.state();
         let s = tokio::time::timeout(
@@ -1045,9 +1073,11 @@ mod tests {
         .unwrap()
         .unwrap()
         .clone();
-        let err = s.last_error.unwrap();
-        assert!(err.text.contains("not supported yet"), "{}", err.text);
-        assert!(!err.text.contains("s3cret"));
+        let err = s.last_error.clone().unwrap();
+        assert!(err.text.contains("TCP_MD5SIG"), "{}", err.text);
+        assert!(err.text.contains("at most 80"), "{}", err.text);
+        assert!(!err.text.contains("s3cret"), "{}", err.text);
+        assert!(!format!("{s:?}").contains("s3cret"));
         assert_ne!(s.fsm_state, FsmState::Established);
         session.set_advertisements(vec![]).unwrap();
         tokio::time::timeout(Duration::from_secs(10), session.shutdown("bye"))

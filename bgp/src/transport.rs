@@ -1,6 +1,7 @@
 //! The TCP transport of BGP sessions: the ONE module of the crate that
 //! touches socket options. Every option is set through a safe wrapper
-//! (`socket2`), every failure is returned as a [`TransportError`], none is
+//! (`socket2`, or the workspace's audited `netsys` crate for what no safe
+//! crate wraps), every failure is returned as a [`TransportError`], none is
 //! ignored.
 //!
 //! What an outgoing connection gets, in order (all before the handshake):
@@ -9,18 +10,19 @@
 //! 2. `SO_BINDTODEVICE` to the session's `vrf` (the VRF device name);
 //! 3. the TTL (IPv4) or unicast hop limit (IPv6): [`ttl_for`] — 255 for
 //!    iBGP, 1 for eBGP unless `ebgpMultiHop`, then 255;
-//! 4. TCP MD5 (RFC 2385) when a password is configured: **not supported
-//!    yet**. Neither `socket2` 0.6, `rustix` 1 nor `nix` 0.31 expose
-//!    `TCP_MD5SIG` (it needs a `struct tcp_md5sig` passed to `setsockopt`,
-//!    which only `libc` offers, behind `unsafe`, and the workspace forbids
-//!    `unsafe`). A session with a password fails every attempt with
-//!    [`TransportError::Md5NotSupported`], shown as its last error; it
-//!    never connects without the key;
+//! 4. TCP MD5 (RFC 2385) when a password is configured: the key for the
+//!    peer's address is installed with `TCP_MD5SIG` (`netsys::set_tcp_md5sig`;
+//!    no safe wrapper exists in `socket2` 0.6, `rustix` 1 or `nix` 0.31). A
+//!    failure (e.g. a key over 80 bytes, a kernel without
+//!    `CONFIG_TCP_MD5SIG`) fails the attempt with the error as the session's
+//!    last error: the session never connects without its key. The password
+//!    never appears in an error or `Debug` output;
 //! 5. `bind` to `sourceAddress` (port 0) when one is configured;
 //! 6. `connect`, bounded by [`ConnectOptions::timeout`].
 //!
-//! The optional listener ([`listen`]) sets the same TTL and device and
-//! `SO_REUSEADDR`; a busy port is returned as an error for the session to
+//! The optional listener ([`listen`]) sets the same TTL and device,
+//! `SO_REUSEADDR` and the MD5 key of each peer allowed to dial in (more
+//! with [`set_listener_md5`]); a busy port is returned as an error for the session to
 //! show (Calico's BIRD often holds :179), never a panic or an exit.
 //!
 //! [`interface_of`] reads the node's interface addresses (`getifaddrs`
@@ -30,6 +32,7 @@
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::AsFd;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -107,11 +110,6 @@ pub enum TransportError {
         #[source]
         source: io::Error,
     },
-    #[error(
-        "TCP MD5 (RFC 2385) is not supported yet: no safe wrapper for TCP_MD5SIG in socket2, \
-         rustix or nix; the session is not opened without its password"
-    )]
-    Md5NotSupported,
     #[error("sourceAddress {source_addr} is not of the peer's address family ({peer})")]
     SourceFamilyMismatch {
         source_addr: IpAddr,
@@ -168,11 +166,17 @@ fn set_device(socket: &Socket, vrf: Option<&str>) -> Result<(), TransportError> 
     Ok(())
 }
 
-fn set_md5(password: Option<&str>) -> Result<(), TransportError> {
-    match password {
-        None => Ok(()),
-        Some(_) => Err(TransportError::Md5NotSupported),
-    }
+/// Installs (or, with `None`, deletes) the TCP MD5 key for `peer`. The
+/// error names the peer, never the key.
+fn set_md5(socket: &impl AsFd, peer: IpAddr, password: Option<&str>) -> Result<(), TransportError> {
+    netsys::set_tcp_md5sig(
+        socket.as_fd(),
+        SocketAddr::new(peer, 0),
+        password.map(str::as_bytes),
+    )
+    .map_err(TransportError::socket(format!(
+        "set TCP_MD5SIG for {peer} (TCP MD5 password)"
+    )))
 }
 
 /// Creates the socket of an outgoing connection with every option set and
@@ -194,7 +198,9 @@ pub fn prepare(opts: &ConnectOptions) -> Result<Socket, TransportError> {
         .map_err(TransportError::socket("set O_NONBLOCK"))?;
     set_device(&socket, opts.vrf.as_deref())?;
     set_ttl(&socket, ipv4, opts.ttl)?;
-    set_md5(opts.password.as_deref())?;
+    if let Some(password) = opts.password.as_deref() {
+        set_md5(&socket, opts.peer.ip(), Some(password))?;
+    }
     socket
         .set_tcp_nodelay(true)
         .map_err(TransportError::socket("set TCP_NODELAY"))?;
@@ -231,9 +237,9 @@ pub struct ListenOptions {
     /// Address and port to bind (e.g. `192.0.2.11:179`).
     pub addr: SocketAddr,
     pub ttl: u8,
-    /// MD5 keys of the peers allowed on this listener (see
-    /// [`TransportError::Md5NotSupported`]).
-    pub password: Option<String>,
+    /// TCP MD5 keys (RFC 2385) of the peers allowed on this listener, one
+    /// per peer address. Never printed (see the `Debug` impl).
+    pub md5: Vec<(IpAddr, String)>,
     pub vrf: Option<String>,
 }
 
@@ -242,10 +248,27 @@ impl fmt::Debug for ListenOptions {
         f.debug_struct("ListenOptions")
             .field("addr", &self.addr)
             .field("ttl", &self.ttl)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field(
+                "md5",
+                &self
+                    .md5
+                    .iter()
+                    .map(|(peer, _)| (peer, "<redacted>"))
+                    .collect::<Vec<_>>(),
+            )
             .field("vrf", &self.vrf)
             .finish()
     }
+}
+
+/// Installs (`Some`) or deletes (`None`) the TCP MD5 key of `peer` on a
+/// running listener: connections from `peer` accepted afterwards use it.
+pub fn set_listener_md5(
+    listener: &TcpListener,
+    peer: IpAddr,
+    password: Option<&str>,
+) -> Result<(), TransportError> {
+    set_md5(listener, peer, password)
 }
 
 /// Binds the listener. A busy port is an `Err` ([`TransportError::Listen`]
@@ -267,7 +290,9 @@ pub fn listen(opts: &ListenOptions) -> Result<TcpListener, TransportError> {
     }
     set_device(&socket, opts.vrf.as_deref())?;
     set_ttl(&socket, ipv4, opts.ttl)?;
-    set_md5(opts.password.as_deref())?;
+    for (peer, password) in &opts.md5 {
+        set_md5(&socket, *peer, Some(password))?;
+    }
     let listen_err = |source| TransportError::Listen {
         addr: opts.addr,
         source,
@@ -396,14 +421,26 @@ mod tests {
         ));
     }
 
+    /// The key is installed on the unconnected socket (no packet sent); a
+    /// key the kernel cannot take fails the attempt, and neither the error
+    /// nor `Debug` shows the password.
     #[test]
-    fn md5_is_refused_not_ignored_and_password_never_printed() {
+    fn md5_key_is_installed_before_connect_and_never_printed() {
         let mut o = opts("192.0.2.1:179");
         o.password = Some("s3cret".into());
-        let err = prepare(&o).unwrap_err();
-        assert!(matches!(err, TransportError::Md5NotSupported));
-        assert!(err.to_string().contains("not supported yet"));
+        prepare(&o).unwrap();
         assert!(!format!("{o:?}").contains("s3cret"));
+        let mut o = opts("[2001:db8::1]:179");
+        o.password = Some("s3cret".into());
+        prepare(&o).unwrap();
+        let long = "x".repeat(netsys::TCP_MD5SIG_MAXKEYLEN + 1);
+        o.password = Some(long.clone());
+        let err = prepare(&o).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("set TCP_MD5SIG for 2001:db8::1"), "{text}");
+        assert!(text.contains("at most 80"), "{text}");
+        assert!(!text.contains(&long[..10]), "{text}");
+        assert!(!format!("{err:?}").contains(&long[..10]));
     }
 
     /// This kernel has no VRF devices: the option is checked on `lo`
@@ -426,7 +463,7 @@ mod tests {
         let o = |addr| ListenOptions {
             addr,
             ttl: 255,
-            password: None,
+            md5: Vec::new(),
             vrf: None,
         };
         let l = listen(&o("127.0.0.1:0".parse().unwrap())).unwrap();
@@ -437,12 +474,24 @@ mod tests {
             }
             other => panic!("{other}"),
         }
-        let mut with_password = o("127.0.0.1:0".parse().unwrap());
-        with_password.password = Some("k".into());
-        assert!(matches!(
-            listen(&with_password),
-            Err(TransportError::Md5NotSupported)
-        ));
+    }
+
+    /// Keys on a listener, at bind time and later, per peer. Binding only.
+    #[tokio::test]
+    async fn listener_takes_md5_keys_per_peer() {
+        let o = ListenOptions {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            ttl: 255,
+            md5: vec![("192.0.2.1".parse().unwrap(), "s3cret".into())],
+            vrf: None,
+        };
+        assert!(!format!("{o:?}").contains("s3cret"));
+        let l = listen(&o).unwrap();
+        set_listener_md5(&l, "192.0.2.2".parse().unwrap(), Some("other")).unwrap();
+        set_listener_md5(&l, "192.0.2.1".parse().unwrap(), None).unwrap();
+        let err =
+            set_listener_md5(&l, "192.0.2.3".parse().unwrap(), Some(&"y".repeat(81))).unwrap_err();
+        assert!(!err.to_string().contains("yyyy"), "{err}");
     }
 
     #[test]

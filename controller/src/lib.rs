@@ -9,8 +9,19 @@
 //!   changes, restore on start, and per-pool counters. Addresses are found
 //!   in O(log n) of the allocated addresses, never by scanning a pool.
 //!
-//! Not built yet (see the controller issue): the Kubernetes side (watches,
-//! Service and IPAddressPool status, events, `ConfigurationState`, Lease,
-//! metrics, flags) and the binary.
+//! - [`pool_reconciler`]: the pool configuration (pools, communities,
+//!   namespaces) parsed as MetalLB's PoolReconciler does, keeping the last
+//!   valid one; the binary reports it in the `ConfigurationState`
+//!   `controller` through the status writer.
+//! - [`health`]: `/healthz` and `/readyz`.
+//! - The binary (`src/main.rs`): MetalLB's flags, the watches of pools,
+//!   communities and namespaces, the `ConfigurationState`, probes, graceful
+//!   shutdown.
+//!
+//! Not built yet (see the controller issue): Service allocation (watching
+//! Services and writing their status with [`alloc`]), IPAddressPool status,
+//! events, the Lease, metrics on `--port`.
 
 pub mod alloc;
+pub mod health;
+pub mod pool_reconciler;

@@ -26,6 +26,7 @@
 
 mod audit;
 mod lab;
+pub mod process;
 mod services;
 mod tokens;
 mod wait;

@@ -3,6 +3,7 @@
 //! it is not up. Run: `cargo test --manifest-path e2e/Cargo.toml`.
 
 mod audit;
+mod controller;
 mod crds;
 mod deploy;
 mod harness;
