@@ -117,18 +117,12 @@ impl BirdConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
-        ensure!(
-            plan::is_allowed_asn(self.asn),
-            "AS {} is not in 64512-65534",
-            self.asn
-        );
+        plan::check_router(
+            self.asn,
+            self.neighbors.iter().map(|n| (n.addr, n.remote_as)),
+            &self.announce,
+        )?;
         for n in &self.neighbors {
-            ensure!(
-                plan::is_allowed_addr(n.addr) && plan::is_allowed_asn(n.remote_as),
-                "neighbor {} AS {} is outside the lab's plan",
-                n.addr,
-                n.remote_as
-            );
             ensure!(
                 !n.name.is_empty()
                     && n.name
@@ -136,13 +130,6 @@ impl BirdConfig {
                         .all(|c| c.is_ascii_alphanumeric() || c == '_'),
                 "BIRD protocol name {:?}: use [A-Za-z0-9_]",
                 n.name
-            );
-        }
-        for p in &self.announce {
-            let net: ipnet::IpNet = p.parse().with_context(|| format!("bad prefix {p}"))?;
-            ensure!(
-                plan::is_allowed_net(&net),
-                "prefix {p} is outside the lab's ranges"
             );
         }
         Ok(())

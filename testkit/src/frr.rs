@@ -232,32 +232,11 @@ impl FrrConfig {
 
     /// Checks ASNs and addresses against the lab's plan.
     pub fn validate(&self) -> Result<()> {
-        ensure!(
-            plan::is_allowed_asn(self.asn),
-            "AS {} is not in 64512-65534",
-            self.asn
-        );
-        for n in &self.neighbors {
-            ensure!(
-                plan::is_allowed_addr(n.addr),
-                "neighbor {} is outside the lab's ranges",
-                n.addr
-            );
-            ensure!(
-                plan::is_allowed_asn(n.remote_as),
-                "neighbor {} AS {} is not in 64512-65534",
-                n.addr,
-                n.remote_as
-            );
-        }
-        for p in &self.networks {
-            let net: ipnet::IpNet = p.parse().with_context(|| format!("bad network {p}"))?;
-            ensure!(
-                plan::is_allowed_net(&net),
-                "network {p} is outside the lab's ranges"
-            );
-        }
-        Ok(())
+        plan::check_router(
+            self.asn,
+            self.neighbors.iter().map(|n| (n.addr, n.remote_as)),
+            &self.networks,
+        )
     }
 
     /// The frr.conf text.

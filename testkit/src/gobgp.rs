@@ -102,27 +102,11 @@ impl GobgpConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
-        ensure!(
-            plan::is_allowed_asn(self.asn),
-            "AS {} is not in 64512-65534",
-            self.asn
-        );
-        for p in &self.peers {
-            ensure!(
-                plan::is_allowed_addr(p.addr) && plan::is_allowed_asn(p.remote_as),
-                "peer {} AS {} is outside the lab's plan",
-                p.addr,
-                p.remote_as
-            );
-        }
-        for p in &self.announce {
-            let net: ipnet::IpNet = p.parse().with_context(|| format!("bad prefix {p}"))?;
-            ensure!(
-                plan::is_allowed_net(&net),
-                "prefix {p} is outside the lab's ranges"
-            );
-        }
-        Ok(())
+        plan::check_router(
+            self.asn,
+            self.peers.iter().map(|p| (p.addr, p.remote_as)),
+            &self.announce,
+        )
     }
 
     /// The gobgpd.toml text.

@@ -97,6 +97,36 @@ pub fn is_allowed_asn(asn: u32) -> bool {
     (64512..=65534).contains(&asn)
 }
 
+/// The lab-plan check every router config runs before it starts: its own
+/// AS, each neighbour's address and AS, and each announced prefix must be in
+/// the lab's ranges.
+pub fn check_router(
+    asn: u32,
+    neighbors: impl IntoIterator<Item = (IpAddr, u32)>,
+    prefixes: &[String],
+) -> anyhow::Result<()> {
+    use anyhow::{Context, ensure};
+    ensure!(is_allowed_asn(asn), "AS {asn} is not in 64512-65534");
+    for (addr, remote_as) in neighbors {
+        ensure!(
+            is_allowed_addr(addr),
+            "neighbor {addr} is outside the lab's ranges"
+        );
+        ensure!(
+            is_allowed_asn(remote_as),
+            "neighbor {addr} AS {remote_as} is not in 64512-65534"
+        );
+    }
+    for p in prefixes {
+        let net: IpNet = p.parse().with_context(|| format!("bad prefix {p}"))?;
+        ensure!(
+            is_allowed_net(&net),
+            "prefix {p} is outside the lab's ranges"
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +138,30 @@ mod tests {
         assert_eq!(node_v6(1).to_string(), "2001:db8:0:1::11");
         assert_eq!(node_v6(3).to_string(), "2001:db8:0:1::13");
         assert_eq!(CLIENT_V6.to_string(), "2001:db8:0:1::100");
+    }
+
+    #[test]
+    fn router_configs_are_checked_against_the_plan() {
+        let ok = |asn, n: (&str, u32), p: &str| {
+            check_router(asn, [(n.0.parse().unwrap(), n.1)], &[p.to_string()])
+        };
+        assert!(ok(64512, ("192.0.2.11", 64513), "198.51.100.0/24").is_ok());
+        let e = ok(65000, ("10.0.0.1", 64513), "198.51.100.0/24").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "neighbor 10.0.0.1 is outside the lab's ranges"
+        );
+        let e = ok(64512, ("192.0.2.11", 65535), "198.51.100.0/24").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "neighbor 192.0.2.11 AS 65535 is not in 64512-65534"
+        );
+        let e = ok(64512, ("192.0.2.11", 64513), "10.0.0.0/8").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "prefix 10.0.0.0/8 is outside the lab's ranges"
+        );
+        assert!(ok(100, ("192.0.2.11", 64513), "198.51.100.0/24").is_err());
     }
 
     #[test]
