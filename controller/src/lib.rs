@@ -13,15 +13,22 @@
 //!   namespaces) parsed as MetalLB's PoolReconciler does, keeping the last
 //!   valid one; the binary reports it in the `ConfigurationState`
 //!   `controller` through the status writer.
+//! - [`service`]: MetalLB's per-Service logic (`SetBalancer`,
+//!   `convergeBalancer`) over the allocator: what to write on a Service and
+//!   which events to emit, pure.
+//! - [`edge`]: the Service writes (status subresource, annotation patch) and
+//!   events.
+//! - [`leader`]: the Lease that lets one controller allocate at a time.
+//! - [`metrics`]: MetalLB's controller metrics (`metallb_allocator_*`,
+//!   `metallb_k8s_client_*`).
 //! - [`health`]: `/healthz` and `/readyz`.
-//! - The binary (`src/main.rs`): MetalLB's flags, the watches of pools,
-//!   communities and namespaces, the `ConfigurationState`, probes, graceful
-//!   shutdown.
-//!
-//! Not built yet (see the controller issue): Service allocation (watching
-//! Services and writing their status with [`alloc`]), IPAddressPool status,
-//! events, the Lease, metrics on `--port`.
+//! - The binary (`src/main.rs`, `src/driver.rs`): MetalLB's flags, the
+//!   watches, the loop, probes, metrics server, graceful shutdown.
 
 pub mod alloc;
+pub mod edge;
 pub mod health;
+pub mod leader;
+pub mod metrics;
 pub mod pool_reconciler;
+pub mod service;

@@ -1,36 +1,42 @@
 //! The metallb-rs controller binary.
 //!
-//! What it does so far: watches the `IPAddressPool`s and `Community`s of its
-//! namespace and the cluster's Namespaces, parses the pool configuration on
-//! every change (as MetalLB's PoolReconciler: pools, communities and
-//! namespaces only), keeps the last valid configuration when a new one is
-//! invalid, and reports the result in the `ConfigurationState` `controller`
-//! (condition `poolReconcilerValid`) through the status writer. Serves
-//! `/healthz` and `/readyz` (ready after the first configuration pass) on
-//! `127.0.0.1:<--health-probe-port>`; exits 0 on SIGTERM/SIGINT.
+//! Watches the `IPAddressPool`s and `Community`s of its namespace, the
+//! cluster's Namespaces and every Service; parses the pool configuration on
+//! every change (as MetalLB's PoolReconciler), keeps the last valid one when a
+//! new one is invalid and reports the result in the `ConfigurationState`
+//! `controller`; allocates LoadBalancer addresses ([`driver`]: MetalLB's
+//! Service logic over the pure allocator) while it holds the Lease, writing
+//! `status.loadBalancer.ingress`, the `metallb.io/ip-allocated-from-pool`
+//! annotation, MetalLB's events and the pools' status. Serves `/healthz` and
+//! `/readyz` (ready after the first full pass over the Services) on
+//! `--health-probe-port`, metrics on `--port` (HTTPS, authorised by the API
+//! server); exits 0 on SIGTERM/SIGINT, releasing the Lease.
 //!
-//! Not yet: Service allocation (the `alloc` library exists but is not wired
-//! to Services), Service and IPAddressPool status, events, the Lease,
-//! metrics on `--port`, the webhook.
+//! Not yet: the webhook (its flags are accepted with a warning).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, ValueEnum};
 use config::api::v1beta1::{Community, ConfigurationState, IPAddressPool};
-use controller::pool_reconciler::{self, Pass, PoolReconciler};
+use controller::edge::ServiceEdge;
+use controller::leader::{self, LEASE_NAME, LeaderElector, LeaseConfig};
+use controller::metrics::ControllerMetrics;
 use futures_util::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
-use status::configuration_state::{self, Component};
+use status::configuration_state::Component;
 use status::{FIELD_MANAGER_CONTROLLER, KubeStatusApi, StatusWriter, SystemClock, WriterConfig};
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, mpsc, watch};
+
+mod driver;
+use driver::{Driver, Inputs, Outputs, ServiceEvent};
 
 const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
@@ -54,9 +60,16 @@ enum LogFormat {
 #[derive(Debug, Parser)]
 #[command(name = "controller", version, about = "metallb-rs controller")]
 struct Args {
-    /// HTTPS metrics port (0 disables metrics). Metrics are not served yet.
+    /// HTTPS metrics port (0 disables metrics): TokenReview/SubjectAccessReview
+    /// authorisation, as MetalLB.
     #[arg(long, default_value_t = 9120)]
     port: u16,
+    /// Address the metrics port binds (default: every address, as MetalLB).
+    #[arg(long, default_value = "0.0.0.0")]
+    metrics_bind_address: std::net::IpAddr,
+    /// Serve metrics over plain HTTP without authentication (explicit opt-in).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    metrics_insecure_http: bool,
     /// The namespace of the configuration (default: the ServiceAccount's namespace).
     #[arg(long, env = "METALLB_NAMESPACE", default_value = "")]
     namespace: String,
@@ -75,9 +88,13 @@ struct Args {
     /// pprof endpoint (no effect).
     #[arg(long, default_value = "")]
     pprof_bind_address: String,
-    /// Port of `/healthz` and `/readyz` (bound on 127.0.0.1).
+    /// Port of `/healthz` and `/readyz`.
     #[arg(long, default_value_t = 17472)]
     health_probe_port: u16,
+    /// Address the probe port binds (default: every address, so the kubelet
+    /// reaches it on the Pod IP, as MetalLB's `:port`).
+    #[arg(long, default_value = "0.0.0.0")]
+    health_probe_bind_address: std::net::IpAddr,
     /// Disable webhook certificate rotation (no effect yet).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     disable_cert_rotation: bool,
@@ -87,7 +104,7 @@ struct Args {
     /// Webhook certificate DNS name (no effect yet).
     #[arg(long, default_value = "metallb-webhook-service")]
     cert_service_name: String,
-    /// Only Services of this loadBalancerClass (no effect yet: no allocation).
+    /// Only Services of this loadBalancerClass (default: only Services without one).
     #[arg(long, default_value = "")]
     lb_class: String,
     /// `enabled`, `disabled` or `onlywebhook` (no effect yet).
@@ -105,7 +122,7 @@ struct Args {
     /// Webhook HTTP/2 (no effect yet).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     webhook_http2: bool,
-    /// Minimum TLS version (no effect yet).
+    /// Minimum TLS version of the metrics port: VersionTLS12 or VersionTLS13 (default).
     #[arg(long, default_value = "")]
     tls_min_version: String,
     /// TLS 1.2 cipher suites (no effect yet).
@@ -114,7 +131,7 @@ struct Args {
     /// TLS curve preferences (no effect yet).
     #[arg(long, default_value = "")]
     tls_curve_preferences: String,
-    /// Metrics TLS certificate directory (no effect yet).
+    /// Metrics TLS certificate directory (tls.crt, tls.key); default: self-signed.
     #[arg(long, default_value = "")]
     metrics_cert_dir: String,
 }
@@ -122,21 +139,17 @@ struct Args {
 /// Flags accepted for compatibility that do nothing yet: one warning each
 /// when given.
 const NO_EFFECT_YET: &[&str] = &[
-    "port",
     "ml_secret_name",
     "deployment",
     "pprof_bind_address",
     "disable_cert_rotation",
     "cert_dir",
     "cert_service_name",
-    "lb_class",
     "webhook_mode",
     "webhook_secret",
     "webhook_http2",
-    "tls_min_version",
     "tls_cipher_suites",
     "tls_curve_preferences",
-    "metrics_cert_dir",
 ];
 
 fn init_logging(args: &Args) {
@@ -268,6 +281,50 @@ fn namespace(args: &Args) -> Result<String> {
     Ok(ns.trim().to_owned())
 }
 
+/// The metrics server of `--port` (None when 0): HTTPS with the API server's
+/// TokenReview/SubjectAccessReview, or plain HTTP when explicitly asked.
+async fn metrics_server(
+    args: &Args,
+    client: &Client,
+    registry: prometheus::Registry,
+) -> Result<Option<kube_metrics::MetricsServer>> {
+    use kube_metrics::{
+        CertSource, KubeAuthorizer, MetricsServer, Security, ServerTls, TlsOptions,
+    };
+    if args.port == 0 {
+        return Ok(None);
+    }
+    let addr = std::net::SocketAddr::new(args.metrics_bind_address, args.port);
+    let security = if args.metrics_insecure_http {
+        tracing::warn!(%addr, "metrics served over plain HTTP without authentication (--metrics-insecure-http)");
+        Security::insecure_http()
+    } else {
+        let cert = if args.metrics_cert_dir.is_empty() {
+            let mut names = vec!["localhost".to_owned()];
+            if !args.metrics_bind_address.is_unspecified() {
+                names.push(args.metrics_bind_address.to_string());
+            }
+            if let Ok(host) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+                names.push(host.trim().to_owned());
+            }
+            CertSource::SelfSigned { names }
+        } else {
+            CertSource::Dir(args.metrics_cert_dir.clone().into())
+        };
+        let tls = ServerTls::new(&TlsOptions {
+            cert,
+            min_version: args.tls_min_version.parse().context("--tls-min-version")?,
+        })
+        .context("metrics TLS")?;
+        Security::https(tls, KubeAuthorizer::new(client.clone()))
+    };
+    let server = MetricsServer::bind(addr, registry, security)
+        .await
+        .with_context(|| format!("binding the metrics port {addr}"))?;
+    tracing::info!(%addr, "serving metrics");
+    Ok(Some(server))
+}
+
 async fn run(args: Args) -> Result<()> {
     let ns = namespace(&args)?;
     let client = Client::try_default()
@@ -286,26 +343,33 @@ async fn run(args: Args) -> Result<()> {
         }
     };
 
+    let registry = prometheus::Registry::new();
+    let metrics = ControllerMetrics::register(&registry)?;
+    let status_metrics = status::Metrics::register(&registry)?;
+    let metrics_server = metrics_server(&args, &client, registry).await?;
+
     let ready = Arc::new(AtomicBool::new(false));
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.health_probe_port))
+    let health_addr =
+        std::net::SocketAddr::new(args.health_probe_bind_address, args.health_probe_port);
+    let listener = tokio::net::TcpListener::bind(health_addr)
         .await
-        .with_context(|| format!("binding 127.0.0.1:{}", args.health_probe_port))?;
+        .with_context(|| format!("binding the probe port {health_addr}"))?;
     let health = tokio::spawn(controller::health::serve(
         listener,
         ready.clone(),
         stopped(),
     ));
+    let metrics_task = metrics_server.map(|server| tokio::spawn(server.run(stopped())));
 
     // The status writer of the ConfigurationState, and its view of the server.
     let writer: StatusWriter<ConfigurationState> = StatusWriter::new(
         WriterConfig::default(),
         Arc::new(SystemClock),
-        status::Metrics::unregistered(),
+        status_metrics.clone(),
     );
     let status_api =
         KubeStatusApi::<ConfigurationState>::new(client.clone(), FIELD_MANAGER_CONTROLLER);
     let component = Component::Controller;
-    let key = component.key(&ns);
     let writer_task = tokio::spawn({
         let writer = writer.clone();
         let api = status_api.clone();
@@ -317,6 +381,26 @@ async fn run(args: Args) -> Result<()> {
         writer.clone(),
         Api::<ConfigurationState>::namespaced(client.clone(), &ns),
         watcher::Config::default().fields(&format!("metadata.name={}", component.name())),
+    ));
+
+    // The status writer of the pools (status only; pools belong to the user).
+    let pool_writer: StatusWriter<IPAddressPool> = StatusWriter::new(
+        WriterConfig::default(),
+        Arc::new(SystemClock),
+        status_metrics.clone(),
+    );
+    let pool_status_api =
+        KubeStatusApi::<IPAddressPool>::new(client.clone(), FIELD_MANAGER_CONTROLLER);
+    let pool_writer_task = tokio::spawn({
+        let writer = pool_writer.clone();
+        let api = pool_status_api.clone();
+        let stopped = stopped();
+        async move { writer.run(api, stopped).await }
+    });
+    let pool_status_watch = tokio::spawn(status::watch_into(
+        pool_writer.clone(),
+        Api::<IPAddressPool>::namespaced(client.clone(), &ns),
+        watcher::Config::default(),
     ));
 
     // The configuration.
@@ -336,88 +420,101 @@ async fn run(args: Args) -> Result<()> {
         watcher::Config::default(),
         changed.clone(),
     );
+    // The Services, in every namespace: a key per change, a full pass per re-list.
+    let (service_tx, service_rx) = mpsc::unbounded_channel();
+    let (services, services_writer) = reflector::store::<Service>();
+    let services_stream = reflector::reflector(
+        services_writer,
+        watcher(
+            Api::<Service>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff(),
+    )
+    .map(move |event| match event {
+        Ok(watcher::Event::Apply(s) | watcher::Event::Delete(s)) => {
+            let _ = service_tx.send(ServiceEvent::Changed(controller::service::key_of(&s)));
+        }
+        Ok(watcher::Event::InitDone) => {
+            let _ = service_tx.send(ServiceEvent::Relisted);
+        }
+        Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+        Err(e) => {
+            tracing::warn!(kind = "Service", error = %e, "watch failed; retrying with backoff")
+        }
+    });
     let watches = tokio::spawn(async move {
         let all = futures_util::stream::select(
-            pools_stream,
+            futures_util::stream::select(pools_stream, services_stream),
             futures_util::stream::select(communities_stream, namespaces_stream),
         );
         all.for_each(|()| async {}).await;
     });
 
+    // Only one controller allocates: the holder of the Lease.
+    let (leader_tx, leader_rx) = watch::channel(false);
+    let elector = LeaderElector::new(
+        client.clone(),
+        &ns,
+        LEASE_NAME,
+        leader::identity(&args.pod_name),
+        LeaseConfig::default(),
+    )?;
+    tracing::info!(
+        lease = LEASE_NAME,
+        identity = elector.identity(),
+        "competing for the lease"
+    );
+    let elector_task = tokio::spawn(elector.run(leader_tx, stopped()));
+
     let owner = owner_reference(&client, &args, &ns).await;
-    let reconcile = {
-        let writer = writer.clone();
-        let ready = ready.clone();
-        async move {
-            pools.wait_until_ready().await?;
-            communities.wait_until_ready().await?;
-            namespaces.wait_until_ready().await?;
-            let mut reconciler = PoolReconciler::new();
-            loop {
-                let resources = pool_reconciler::resources(
-                    pools.state().iter().map(|p| (**p).clone()).collect(),
-                    communities.state().iter().map(|c| (**c).clone()).collect(),
-                    namespaces.state().iter().map(|n| (**n).clone()).collect(),
-                );
-                let result = match reconciler.reconcile(&resources) {
-                    Pass::Unchanged => None,
-                    Pass::Valid => {
-                        let pools = reconciler.last_valid().map_or(0, |c| c.pools.len());
-                        tracing::info!(pools, "configuration is valid");
-                        Some(Ok(()))
-                    }
-                    Pass::Invalid(e) => {
-                        if reconciler.last_valid().is_some() {
-                            tracing::error!(
-                                error = e,
-                                "configuration is invalid; keeping the last valid configuration"
-                            );
-                        } else {
-                            tracing::error!(
-                                error = e,
-                                "configuration is invalid; no valid configuration seen yet"
-                            );
-                        }
-                        Some(Err(e))
-                    }
-                };
-                if let Some(result) = result {
-                    writer.set_desired(
-                        key.clone(),
-                        configuration_state::desired(
-                            &component,
-                            &result,
-                            owner.clone(),
-                            configuration_state::now(),
-                        ),
-                    );
-                }
-                if !ready.swap(true, Ordering::AcqRel) {
-                    tracing::info!("first configuration pass done: ready");
-                }
-                changed.notified().await;
-                // Let a burst of events (e.g. a `kubectl apply` of many
-                // objects) settle into one pass.
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            #[allow(unreachable_code)]
-            Ok::<(), anyhow::Error>(())
-        }
-    };
+    let instance = (!args.pod_name.is_empty()).then(|| args.pod_name.clone());
+    let driver = Driver::new(
+        Inputs {
+            pools,
+            communities,
+            namespaces,
+            services,
+            config_changed: changed,
+            service_events: service_rx,
+            leader: leader_rx,
+        },
+        Outputs {
+            namespace: ns.clone(),
+            owner,
+            state_writer: writer.clone(),
+            pool_writer: pool_writer.clone(),
+            edge: ServiceEdge::new(client.clone(), instance),
+            ready: ready.clone(),
+            lb_class: args.lb_class.clone(),
+            metrics,
+        },
+    );
+    let reconcile = driver.run();
 
     let outcome = tokio::select! {
         r = shutdown_signal() => r,
-        r = reconcile => r.context("waiting for the configuration watches"),
+        r = reconcile => r.context("the controller loop ended"),
     };
 
     // Stop serving, then give pending status writes a moment.
     let _ = stop_tx.send(true);
     watches.abort();
     state_watch.abort();
+    pool_status_watch.abort();
+    // The elector releases the Lease on stop, so a successor takes over at once.
+    if tokio::time::timeout(Duration::from_secs(12), elector_task)
+        .await
+        .is_err()
+    {
+        tracing::warn!("releasing the lease took too long");
+    }
     let _ = writer_task.await;
+    let _ = pool_writer_task.await;
     let flush = async {
-        while writer.pending() > 0 {
+        while writer.pending() > 0 || pool_writer.pending() > 0 {
             writer.step(&status_api).await;
+            pool_writer.step(&pool_status_api).await;
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     };
@@ -428,6 +525,9 @@ async fn run(args: Args) -> Result<()> {
         tracing::warn!("exiting with status writes still pending");
     }
     let _ = health.await;
+    if let Some(task) = metrics_task {
+        let _ = task.await;
+    }
     tracing::info!("controller stopped");
     outcome
 }

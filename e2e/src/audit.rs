@@ -62,6 +62,16 @@ pub struct AuditCount {
 }
 
 impl AuditCount {
+    /// The rows of [`rows`](Self::rows) but for those of resources starting with
+    /// `prefix` (e.g. `leases`: a leader renews its Lease every few seconds, which is
+    /// not a write about anything it manages).
+    pub fn rows_except(&self, prefix: &str) -> Vec<(String, String, u64)> {
+        self.rows()
+            .into_iter()
+            .filter(|(_, resource, _)| !resource.starts_with(prefix))
+            .collect()
+    }
+
     /// `(verb, resource, count)` of every line, sorted: easy to compare with a literal.
     pub fn rows(&self) -> Vec<(String, String, u64)> {
         let mut r: Vec<_> = self

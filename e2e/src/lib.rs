@@ -19,12 +19,16 @@
 //!   [`Lab::wait_allowed`] waits until just-written RBAC reaches the authorizer;
 //!   [`Lab::apply_deploy_rbac`] applies `deploy/namespace.yaml` and `deploy/rbac/`;
 //! - [`Audit`]: `lab/audit-count --json` between two marks;
-//! - [`Lab::kubectl`]: the lab's own kubectl.
+//! - [`Lab::kubectl`]: the lab's own kubectl;
+//! - [`Lab::controller_setup`] / [`ControllerSetup::start`]: the controller binary as a
+//!   process with the deployed RBAC, isolated from other tests by namespace and
+//!   `--lb-class`.
 //!
-//! Not here yet: starting and stopping the controller and speaker processes (one speaker
-//! per node namespace): the binaries do not exist yet.
+//! Not here yet: starting and stopping one speaker per node namespace (the speaker binary
+//! does not exist yet).
 
 mod audit;
+pub mod controller;
 mod lab;
 pub mod process;
 mod services;
@@ -32,6 +36,7 @@ mod tokens;
 mod wait;
 
 pub use audit::{Audit, AuditCount, AuditFilter, AuditWrite};
+pub use controller::{ControllerSetup, RunningController};
 pub use lab::{KubectlOutput, Lab, LabEnv, TestNamespace, metallb_resource, unique_suffix};
 pub use services::{EndpointSpec, LbService, SERVICE_NAME_LABEL};
 pub use tokens::Forbidden;

@@ -76,6 +76,10 @@ pub struct LbService {
     /// `Cluster` (default when `None`) or `Local`.
     pub external_traffic_policy: Option<String>,
     pub load_balancer_class: Option<String>,
+    /// `spec.ipFamilyPolicy` (default: the server's, SingleStack).
+    pub ip_family_policy: Option<String>,
+    /// `spec.ipFamilies` (default: the server's, the cluster's first family).
+    pub ip_families: Option<Vec<String>>,
     pub annotations: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
     /// Default: `app: <name>`.
@@ -91,6 +95,8 @@ impl LbService {
             ports: vec![("TCP".into(), 80, 8080)],
             external_traffic_policy: None,
             load_balancer_class: None,
+            ip_family_policy: None,
+            ip_families: None,
             annotations: BTreeMap::new(),
             labels: BTreeMap::new(),
             selector: [("app".to_string(), name.to_string())].into(),
@@ -100,6 +106,26 @@ impl LbService {
 
     pub fn port(mut self, protocol: &str, port: i32, target: i32) -> LbService {
         self.ports.push((protocol.into(), port, target));
+        self
+    }
+
+    /// Only this port (instead of the default TCP 80).
+    pub fn only_port(mut self, protocol: &str, port: i32, target: i32) -> LbService {
+        self.ports = vec![(protocol.into(), port, target)];
+        self
+    }
+
+    /// `spec.loadBalancerClass`.
+    pub fn class(mut self, class: &str) -> LbService {
+        self.load_balancer_class = Some(class.into());
+        self
+    }
+
+    /// `spec.ipFamilyPolicy` and `spec.ipFamilies` (e.g. `RequireDualStack`,
+    /// `["IPv4", "IPv6"]`).
+    pub fn families(mut self, policy: &str, families: &[&str]) -> LbService {
+        self.ip_family_policy = Some(policy.into());
+        self.ip_families = Some(families.iter().map(|f| f.to_string()).collect());
         self
     }
 
@@ -146,6 +172,8 @@ impl Lab {
                 selector: Some(spec.selector.clone()),
                 external_traffic_policy: spec.external_traffic_policy.clone(),
                 load_balancer_class: spec.load_balancer_class.clone(),
+                ip_family_policy: spec.ip_family_policy.clone(),
+                ip_families: spec.ip_families.clone(),
                 ports: Some(
                     spec.ports
                         .iter()

@@ -73,7 +73,7 @@ pub use types::{Assignment, IpFamily, IpFamilyPolicy, Port, Service, ServiceFami
 use space::{CidrIndex, capacity, from_u128, is_buggy_v4, to_u128};
 
 /// Go's `%q` of a slice of addresses: `["192.0.2.1" "2001:db8::1"]`.
-pub(crate) fn quote_list(ips: &[IpAddr]) -> String {
+pub fn quote_list(ips: &[IpAddr]) -> String {
     let quoted: Vec<String> = ips.iter().map(|ip| quote(&ip.to_string())).collect();
     format!("[{}]", quoted.join(" "))
 }

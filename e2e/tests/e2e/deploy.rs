@@ -174,6 +174,26 @@ fn env_field(container: &Value, name: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// Whether an RBAC rule is exactly `create` on TokenReviews or SubjectAccessReviews: what
+/// the metrics server (kube-metrics) needs to authenticate and authorise a scrape. Such
+/// reviews are answered, never stored.
+fn is_metrics_review(r: &Value) -> bool {
+    let one = |f: &str| {
+        let s = strings(&r[f]);
+        if s.len() == 1 {
+            s.into_iter().next()
+        } else {
+            None
+        }
+    };
+    one("verbs").as_deref() == Some("create")
+        && matches!(
+            (one("apiGroups").as_deref(), one("resources").as_deref()),
+            (Some("authentication.k8s.io"), Some("tokenreviews"))
+                | (Some("authorization.k8s.io"), Some("subjectaccessreviews"))
+        )
+}
+
 fn strings(v: &Value) -> BTreeSet<String> {
     v.as_array()
         .map(|a| {
@@ -372,7 +392,8 @@ async fn deploy_objects_are_as_specified() -> Result<()> {
         "speaker allowPrivilegeEscalation false".into(),
     );
 
-    // RBAC: no wildcards; the speaker writes nothing cluster-wide but Events.
+    // RBAC: no wildcards; the speaker writes nothing cluster-wide but Events (and the
+    // TokenReviews/SubjectAccessReviews of metrics scrapes, which are not stored).
     for i in items
         .iter()
         .filter(|i| i["kind"] == "ClusterRole" || i["kind"] == "Role")
@@ -397,8 +418,31 @@ async fn deploy_objects_are_as_specified() -> Result<()> {
             .into_iter()
             .any(|v| !["get", "list", "watch"].contains(&v.as_str()));
         check(
-            !writes || strings(&r["resources"]) == BTreeSet::from(["events".to_string()]),
+            !writes
+                || strings(&r["resources"]) == BTreeSet::from(["events".to_string()])
+                || is_metrics_review(r),
             format!("ClusterRole metallb-rs:speaker writes cluster-wide: {r}"),
+        );
+    }
+    // Both serve their metrics behind TokenReview + SubjectAccessReview.
+    for name in ["metallb-rs:controller", "metallb-rs:speaker"] {
+        let cr = find(&items, "ClusterRole", name)?;
+        let reviews: BTreeSet<String> = cr["rules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| is_metrics_review(r))
+            .flat_map(|r| strings(&r["resources"]))
+            .collect();
+        check(
+            reviews
+                == BTreeSet::from([
+                    "subjectaccessreviews".to_string(),
+                    "tokenreviews".to_string(),
+                ]),
+            format!(
+                "ClusterRole {name} must allow create on tokenreviews and subjectaccessreviews (metrics authentication), has it on {reviews:?}"
+            ),
         );
     }
     for (kind, name) in [

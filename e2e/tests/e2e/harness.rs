@@ -69,7 +69,7 @@ async fn lb_service_comes_with_the_endpointslices_kcm_would_make() -> Result<()>
     );
     ensure!(
         slices.len() == 1,
-        "one slice per family (the lab is IPv4 single-stack): {slices:?}"
+        "one slice per family (a single-stack IPv4 Service): {slices:?}"
     );
     let slice = &slices[0];
     let labels = slice.metadata.labels.clone().unwrap_or_default();

@@ -2,6 +2,7 @@
 //! (`lab/cluster up`; the LAB_* variables select another one) and fail, never skip, when
 //! it is not up. Run: `cargo test --manifest-path e2e/Cargo.toml`.
 
+mod allocation;
 mod audit;
 mod controller;
 mod crds;

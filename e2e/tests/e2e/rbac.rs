@@ -8,6 +8,10 @@ use anyhow::{Result, bail};
 use e2e::{
     EndpointSpec, Forbidden, Lab, LbService, METALLB_NAMESPACE, metallb_resource, unique_suffix,
 };
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Event, Namespace, Node, ObjectReference, Secret, Service,
@@ -16,8 +20,23 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams,
+    Preconditions,
 };
 use serde_json::json;
+
+/// The controller's Lease in metallb-system (`controller::leader::LEASE_NAME`); the RBAC
+/// limits its get and update to this name.
+const CONTROLLER_LEASE: &str = "metallb-rs-controller";
+
+fn lease(name: &str) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
 
 /// A list of checks, reported together: each line says what was tried, what was expected
 /// and what happened.
@@ -48,6 +67,21 @@ impl Checks {
                     .push(format!("FAILED  should be allowed: {what}: {e}"));
                 None
             }
+        }
+    }
+
+    /// Allowed by RBAC: succeeded, or answered 409 Conflict (authorization comes before
+    /// storage, so a conflict means RBAC let the write through and a concurrent writer,
+    /// such as a running controller renewing its Lease, won the race).
+    fn allowed_or_conflict<T>(&mut self, what: &str, r: kube::Result<T>) -> Option<T> {
+        match r {
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                self.lines.push(format!(
+                    "ok      allowed (409: a concurrent write won): {what}"
+                ));
+                None
+            }
+            r => self.allowed(what, r),
         }
     }
 
@@ -84,6 +118,42 @@ impl Checks {
         }
         Ok(())
     }
+}
+
+/// What the metrics server does for a scrape (kube-metrics' `KubeAuthorizer`): a
+/// TokenReview of the scraper's token, then a SubjectAccessReview of its user for `get` on
+/// `/metrics`. Both are answered (201) whatever the answer, and stored nowhere.
+async fn metrics_reviews(c: &mut Checks, client: &Client) {
+    let token = TokenReview {
+        spec: TokenReviewSpec {
+            token: "not-a-token".into(),
+            audiences: None,
+        },
+        ..Default::default()
+    };
+    c.allowed(
+        "create a TokenReview (metrics authentication)",
+        Api::<TokenReview>::all(client.clone())
+            .create(&PostParams::default(), &token)
+            .await,
+    );
+    let access = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some("system:anonymous".into()),
+            non_resource_attributes: Some(NonResourceAttributes {
+                path: Some("/metrics".into()),
+                verb: Some("get".into()),
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    c.allowed(
+        "create a SubjectAccessReview (metrics authorisation)",
+        Api::<SubjectAccessReview>::all(client.clone())
+            .create(&PostParams::default(), &access)
+            .await,
+    );
 }
 
 fn dynamic(
@@ -296,6 +366,8 @@ async fn speaker_token_may_write_only_its_status_objects_in_its_namespace() -> R
             .await,
     );
 
+    metrics_reviews(&mut c, &speaker).await;
+
     // Writes it must not do.
     let (pool_api, pool) = dynamic(
         &lab,
@@ -320,6 +392,30 @@ async fn speaker_token_may_write_only_its_status_objects_in_its_namespace() -> R
     c.refused(
         "create a BGPPeer in metallb-system",
         peer_api.create(&PostParams::default(), &peer).await,
+    );
+    let speaker_leases = Api::<Lease>::namespaced(speaker.clone(), ms);
+    c.refused(
+        "get the controller's Lease",
+        speaker_leases.get(CONTROLLER_LEASE).await,
+    );
+    c.refused(
+        "update the controller's Lease (leader election is the controller's)",
+        speaker_leases
+            .replace(
+                CONTROLLER_LEASE,
+                &PostParams::default(),
+                &lease(CONTROLLER_LEASE),
+            )
+            .await,
+    );
+    c.refused(
+        "create a Lease in metallb-system",
+        speaker_leases
+            .create(
+                &PostParams::default(),
+                &lease(&format!("e2e-speaker-{suffix}")),
+            )
+            .await,
     );
     let svcs = Api::<Service>::namespaced(speaker.clone(), &other.name);
     let mut with_ip = svc.clone();
@@ -504,6 +600,8 @@ async fn controller_token_may_allocate_but_not_announce_or_configure() -> Result
             .await,
     );
 
+    metrics_reviews(&mut c, &controller).await;
+
     // Its ConfigurationState `controller`, and only that one.
     let states = lab.metallb(&controller, ms, "ConfigurationState");
     let existed = lab
@@ -564,38 +662,50 @@ async fn controller_token_may_allocate_but_not_announce_or_configure() -> Result
             .await,
     );
 
-    // Leader election.
+    // Leader election: its own Lease `metallb-rs-controller`, and only that one. A
+    // controller may be running in metallb-system: the update writes the Lease back as read
+    // (a no-op, so a holder keeps it), and a 409 from a concurrent renewal still shows that
+    // RBAC allowed the write.
     let leases = Api::<Lease>::namespaced(controller.clone(), ms);
-    let lease_name = format!("e2e-controller-{suffix}");
-    let lease = Lease {
-        metadata: ObjectMeta {
-            name: Some(lease_name.clone()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    if let Some(mut l) = c.allowed(
-        "create a Lease in metallb-system",
-        leases.create(&PostParams::default(), &lease).await,
-    ) {
-        l.spec = Some(serde_json::from_value(
-            json!({"holderIdentity": "e2e", "leaseDurationSeconds": 15}),
-        )?);
-        c.allowed(
-            "update a Lease in metallb-system",
+    let admin_leases = Api::<Lease>::namespaced(lab.client.clone(), ms);
+    let lease_existed = admin_leases.get_opt(CONTROLLER_LEASE).await?.is_some();
+    if !lease_existed {
+        c.allowed_or_conflict(
+            "create its Lease metallb-rs-controller",
             leases
-                .replace(&lease_name, &PostParams::default(), &l)
+                .create(&PostParams::default(), &lease(CONTROLLER_LEASE))
                 .await,
         );
-        c.allowed(
-            "get a Lease in metallb-system",
-            leases.get(&lease_name).await,
+    }
+    let mut our_lease_version = None;
+    if let Some(l) = c.allowed("get its Lease", leases.get(CONTROLLER_LEASE).await) {
+        our_lease_version = l.metadata.resource_version.clone();
+        c.allowed_or_conflict(
+            "update its Lease (at the version read)",
+            leases
+                .replace(CONTROLLER_LEASE, &PostParams::default(), &l)
+                .await,
         );
     }
+    let other_lease = format!("e2e-controller-{suffix}");
+    c.refused("get another Lease", leases.get(&other_lease).await);
+    c.refused(
+        "update another Lease",
+        leases
+            .replace(&other_lease, &PostParams::default(), &lease(&other_lease))
+            .await,
+    );
+    c.refused("list Leases", leases.list(&ListParams::default()).await);
+    c.refused(
+        "delete its Lease",
+        leases
+            .delete(CONTROLLER_LEASE, &DeleteParams::default())
+            .await,
+    );
     c.refused(
         "create a Lease in another namespace",
         Api::<Lease>::namespaced(controller.clone(), &other.name)
-            .create(&PostParams::default(), &lease)
+            .create(&PostParams::default(), &lease(CONTROLLER_LEASE))
             .await,
     );
 
@@ -669,9 +779,24 @@ async fn controller_token_may_allocate_but_not_announce_or_configure() -> Result
     let _ = admin_pools
         .delete(&pool_name, &DeleteParams::default())
         .await;
-    let _ = Api::<Lease>::namespaced(lab.client.clone(), ms)
-        .delete(&lease_name, &DeleteParams::default())
-        .await;
+    if !lease_existed {
+        // Only the Lease this test created, and only if nobody has written it since (a
+        // controller that started meanwhile keeps its Lease).
+        if let Some(version) = our_lease_version {
+            let _ = admin_leases
+                .delete(
+                    CONTROLLER_LEASE,
+                    &DeleteParams {
+                        preconditions: Some(Preconditions {
+                            resource_version: Some(version),
+                            uid: None,
+                        }),
+                        ..DeleteParams::default()
+                    },
+                )
+                .await;
+        }
+    }
     other.delete().await?;
     c.finish()
 }

@@ -1,0 +1,226 @@
+//! Running the controller binary (`cargo build -p controller` first) against the lab with
+//! the deployed RBAC, isolated from the other tests that run in parallel:
+//!
+//! - its configuration namespace is a test namespace of its own, holding a copy of
+//!   deploy/rbac's `metallb-rs:controller` Role (read from the API, so the deployed rules
+//!   are what is tested), bound with the deployed ClusterRole to a `controller`
+//!   ServiceAccount of that namespace, whose writes the audit log tells apart;
+//! - it handles only Services of a `loadBalancerClass` of its own (`--lb-class`), so it
+//!   never allocates the Services of other tests (and theirs never touch its Services).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::METALLB_NAMESPACE;
+use crate::lab::{Lab, TestNamespace};
+use crate::process::{Process, free_port, workspace_binary};
+use crate::services::LbService;
+use crate::wait_until;
+
+const ROLE: &str = "metallb-rs:controller";
+
+/// A test's controller setup: namespace, RBAC, ServiceAccount kubeconfig, class.
+pub struct ControllerSetup {
+    pub ns: TestNamespace,
+    /// The audit-log user of its ServiceAccount.
+    pub user: String,
+    /// Its `--lb-class`.
+    pub lb_class: String,
+    pub bin: PathBuf,
+    pub dir: PathBuf,
+    pub kubeconfig: PathBuf,
+    client: kube::Client,
+}
+
+/// One running controller process and its health port.
+pub struct RunningController {
+    pub process: Process,
+    pub health: u16,
+}
+
+impl Lab {
+    /// Creates the namespace, RBAC and ServiceAccount of a controller for `test`.
+    pub async fn controller_setup(&self, test: &str) -> Result<ControllerSetup> {
+        let bin = workspace_binary(self.repo(), "controller", "controller")?;
+        self.apply_deploy_rbac().await?;
+        let test_ns = self.test_namespace(test).await?;
+        let ns = test_ns.name.clone();
+        let deployed = Api::<Role>::namespaced(self.client.clone(), METALLB_NAMESPACE)
+            .get(ROLE)
+            .await?;
+        let meta = || ObjectMeta {
+            name: Some(ROLE.into()),
+            namespace: Some(ns.clone()),
+            ..Default::default()
+        };
+        Api::<Role>::namespaced(self.client.clone(), &ns)
+            .create(
+                &PostParams::default(),
+                &Role {
+                    metadata: meta(),
+                    rules: deployed.rules,
+                },
+            )
+            .await?;
+        Api::<ServiceAccount>::namespaced(self.client.clone(), &ns)
+            .create(
+                &PostParams::default(),
+                &ServiceAccount {
+                    metadata: ObjectMeta {
+                        name: Some("controller".into()),
+                        namespace: Some(ns.clone()),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            )
+            .await?;
+        let user = format!("system:serviceaccount:{ns}:controller");
+        let subject = || Subject {
+            kind: "ServiceAccount".into(),
+            name: "controller".into(),
+            namespace: Some(ns.clone()),
+            ..Default::default()
+        };
+        Api::<ClusterRoleBinding>::all(self.client.clone())
+            .create(
+                &PostParams::default(),
+                &ClusterRoleBinding {
+                    metadata: ObjectMeta {
+                        name: Some(format!("{ROLE}:{ns}")),
+                        ..Default::default()
+                    },
+                    role_ref: RoleRef {
+                        api_group: Some("rbac.authorization.k8s.io".into()),
+                        kind: "ClusterRole".into(),
+                        name: ROLE.into(),
+                    },
+                    subjects: Some(vec![subject()]),
+                },
+            )
+            .await?;
+        Api::<RoleBinding>::namespaced(self.client.clone(), &ns)
+            .create(
+                &PostParams::default(),
+                &RoleBinding {
+                    metadata: meta(),
+                    role_ref: RoleRef {
+                        api_group: Some("rbac.authorization.k8s.io".into()),
+                        kind: "Role".into(),
+                        name: ROLE.into(),
+                    },
+                    subjects: Some(vec![subject()]),
+                },
+            )
+            .await?;
+        self.wait_allowed(&user, "list", "ipaddresspools.metallb.io", Some(&ns))
+            .await?;
+        self.wait_allowed(&user, "create", "configurationstates.metallb.io", Some(&ns))
+            .await?;
+        self.wait_allowed(&user, "create", "leases.coordination.k8s.io", Some(&ns))
+            .await?;
+        self.wait_allowed(&user, "update", "services/status", None)
+            .await?;
+        let dir = Process::scratch_dir(test)?;
+        let kubeconfig = self
+            .service_account_kubeconfig(&dir, &ns, "controller")
+            .await?;
+        Ok(ControllerSetup {
+            lb_class: format!("e2e.metallb-rs.io/{ns}"),
+            ns: test_ns,
+            user,
+            bin,
+            dir,
+            kubeconfig,
+            client: self.client.clone(),
+        })
+    }
+}
+
+impl ControllerSetup {
+    /// The namespace name.
+    pub fn namespace(&self) -> &str {
+        &self.ns.name
+    }
+
+    /// A LoadBalancer Service of this controller's class.
+    pub fn service(&self, name: &str) -> LbService {
+        LbService::new(name).class(&self.lb_class)
+    }
+
+    /// Starts a controller process named `name` (its log is `<dir>/<name>.log`) with
+    /// `extra` arguments, and waits until `/readyz` answers 200.
+    pub async fn start(&self, name: &str, extra: &[&str]) -> Result<RunningController> {
+        let health = free_port()?;
+        let health_s = health.to_string();
+        let mut args = vec![
+            "--log-format",
+            "text",
+            "--health-probe-port",
+            &health_s,
+            "--health-probe-bind-address",
+            "127.0.0.1",
+            "--lb-class",
+            &self.lb_class,
+            "--port",
+            "0",
+        ];
+        args.extend_from_slice(extra);
+        let kubeconfig = self.kubeconfig.to_str().context("kubeconfig path")?;
+        let mut process = Process::spawn(
+            &self.bin,
+            &args,
+            &[
+                ("KUBECONFIG", kubeconfig),
+                ("METALLB_NAMESPACE", self.namespace()),
+                ("METALLB_POD_NAME", name),
+            ],
+            &self.dir,
+            name,
+        )?;
+        let ready = wait_until(
+            &format!("{name} /readyz 200"),
+            Duration::from_secs(30),
+            || async {
+                match http_get(health, "/readyz").await {
+                    Ok(r) if r.starts_with("HTTP/1.1 200 ") => Ok(()),
+                    Ok(r) => Err(r.lines().next().unwrap_or_default().to_owned()),
+                    Err(e) => Err(e.to_string()),
+                }
+            },
+        )
+        .await;
+        if let Err(e) = ready {
+            process.check_running()?;
+            return Err(e.context(format!("{name} log:\n{}", process.log_text())));
+        }
+        Ok(RunningController { process, health })
+    }
+
+    /// Deletes the namespace and the ClusterRoleBinding.
+    pub async fn delete(self) -> Result<()> {
+        let _ = Api::<ClusterRoleBinding>::all(self.client.clone())
+            .delete(
+                &format!("{ROLE}:{}", self.ns.name),
+                &DeleteParams::default(),
+            )
+            .await;
+        self.ns.delete().await
+    }
+}
+
+/// A plain HTTP/1.1 GET on 127.0.0.1 (the health probes).
+pub async fn http_get(port: u16, path: &str) -> Result<String> {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes())
+        .await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    Ok(out)
+}
