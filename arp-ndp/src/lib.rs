@@ -4,8 +4,9 @@
 //! The pure core (no I/O, no clock; tested without privileges):
 //! - [`packet`]: Ethernet, ARP (requests, replies, the gratuitous request
 //!   and reply forms) and IPv6 Neighbor Solicitation / Advertisement
-//!   codecs, the ICMPv6 checksum, RFC 4861 7.1.1 validation, solicited-node
-//!   addresses and their MACs.
+//!   codecs, the bounded IPv6 extension header walk in front of them
+//!   (fragments dropped), the ICMPv6 checksum, RFC 4861 7.1.1 validation,
+//!   solicited-node addresses and their MACs.
 //! - [`responder`]: reply-or-drop decisions for received frames, with drop
 //!   reasons as counters (Override set in our NAs, on purpose).
 //! - [`announce`]: the gratuitous burst scheduler (`now` in, frames and the
@@ -19,8 +20,9 @@
 //! The Linux edge ([`linux`], needs `CAP_NET_RAW`): `AF_PACKET` sockets
 //! with BPF filters for ARP requests and Neighbor Solicitations,
 //! solicited-node group memberships, interface descriptions from rtnetlink
-//! (dump plus notifications), and the driver task that runs the core on
-//! them ([`linux::start`], controlled through a [`linux::L2Handle`]).
+//! (dump plus notifications, re-dumped when the notification socket
+//! overflows), and the driver task that runs the core on them
+//! ([`linux::start`], controlled through a [`linux::L2Handle`]).
 //!
 //! Unsafe code is denied crate-wide and allowed only in the private module
 //! `linux::sys` (bind to a `sockaddr_ll`, attach a socket filter, register

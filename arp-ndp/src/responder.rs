@@ -14,7 +14,10 @@
 //! ## NDP
 //! Answers valid (RFC 4861 7.1.1) Neighbor Solicitations for an owned IPv6
 //! address with a Neighbor Advertisement carrying a target link-layer
-//! address option.
+//! address option. A solicitation behind Hop-by-Hop, Destination Options
+//! or spent Routing headers is answered like a plain one; a fragmented one,
+//! one behind more than four extension headers or with a malformed one is
+//! dropped as invalid (see [`crate::packet::upper_layer`]).
 //! - **The source address is the target itself**, as Linux does for its
 //!   own addresses (RFC 4861 7.2.4 wants "an address assigned to the
 //!   interface", which is what the service IP looks like from the link).

@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 use arp_ndp::interfaces::{AllowedInterfaces, ExcludeList};
 use arp_ndp::linux::{DriverConfig, L2Handle};
 
+mod common;
+
 /// The lock shared with `testkit::serial()` (same path, same flock).
 const LOCK_PATH: &str = "/run/metallb-testkit.lock";
 
@@ -479,4 +481,220 @@ fn interface_added_after_start_is_picked_up() {
         t.arping("eth1", "203.0.113.1", "192.0.2.10").as_deref(),
         Some(mac1.as_str())
     );
+}
+
+/// Sends `frame` out of the client's `eth0` from an `ETH_P_IPV6` packet
+/// socket and returns the first solicited Neighbor Advertisement that
+/// socket then receives within `wait` (the socket is open before the send,
+/// so the answer cannot be missed), or `None`.
+fn solicit(t: &Topology, frame: &[u8], wait: Duration) -> Option<Vec<u8>> {
+    let hex: String = frame.iter().map(|b| format!("{b:02x}")).collect();
+    let script = [
+        "import select, socket, time".to_owned(),
+        "s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x86dd))".to_owned(),
+        "s.bind(('eth0', 0x86dd))".to_owned(),
+        format!("s.send(bytes.fromhex('{hex}'))"),
+        format!("end = time.time() + {}", wait.as_secs_f64()),
+        "while time.time() < end:".to_owned(),
+        "    r, _, _ = select.select([s], [], [], max(0, end - time.time()))".to_owned(),
+        "    if not r: break".to_owned(),
+        "    data, addr = s.recvfrom(65535)".to_owned(),
+        // A solicited NA (type 136, S set) right after the fixed header,
+        // not our own: the gratuitous burst's unsolicited NAs do not count.
+        "    if addr[2] != socket.PACKET_OUTGOING and len(data) > 58 and data[20] == 58 \\"
+            .to_owned(),
+        "            and data[54] == 136 and data[58] & 0x40:".to_owned(),
+        "        print(data.hex()); break".to_owned(),
+    ]
+    .join("\n");
+    let out = ok(&["ip", "netns", "exec", &t.cli, "python3", "-c", &script]);
+    out.lines().find_map(|l| {
+        let f = common::hex(l);
+        arp_ndp::packet::NeighborAdvertisement::decode_frame(&f)
+            .is_ok_and(|(_, _, na)| na.solicited)
+            .then_some(f)
+    })
+}
+
+#[test]
+fn solicitation_behind_extension_headers_is_answered() {
+    use arp_ndp::packet::{
+        IPPROTO_DSTOPTS, IPPROTO_FRAGMENT, IPPROTO_HOPOPTS, MacAddr, NeighborAdvertisement,
+        NeighborSolicitation,
+    };
+    let t = Topology::new("exthdr");
+    let mac: MacAddr = t.node_mac("eth0").parse().unwrap();
+    let cli_mac: MacAddr = ok(&[
+        "ip",
+        "netns",
+        "exec",
+        &t.cli,
+        "cat",
+        "/sys/class/net/eth0/address",
+    ])
+    .trim()
+    .parse()
+    .unwrap();
+    let r = Responder::start(&t.node, DriverConfig::default());
+    r.own("2001:db8::10", AllowedInterfaces::all());
+    let ip: IpAddr = "2001:db8::10".parse().unwrap();
+    let ns = NeighborSolicitation::resolve_frame(
+        cli_mac,
+        common::v6(1),
+        "2001:db8::10".parse().unwrap(),
+    );
+
+    // Fragmented (RFC 6980): the socket filter drops it, so it is not even
+    // counted as a request, and nothing answers.
+    let frag = common::with_ext_headers(&ns, &[(IPPROTO_FRAGMENT, vec![0; 7])]);
+    assert_eq!(solicit(&t, &frag, Duration::from_millis(500)), None);
+    assert_eq!(r.handle.counters(&ip).requests_received, 0);
+
+    // Behind Hop-by-Hop (PadN), then behind Destination Options: both pass
+    // the kernel-side filter and the decoder, and are answered with our
+    // MAC, Solicited and Override set.
+    let mut answered = 0;
+    for headers in [
+        vec![(IPPROTO_HOPOPTS, common::padn_body())],
+        vec![(IPPROTO_DSTOPTS, common::padn_body())],
+    ] {
+        let f = common::with_ext_headers(&ns, &headers);
+        let na = solicit(&t, &f, Duration::from_secs(3))
+            .unwrap_or_else(|| panic!("no answer to the NS behind {headers:?}"));
+        let (eth, ip6, na) = NeighborAdvertisement::decode_frame(&na).unwrap();
+        assert_eq!((eth.src, eth.dst), (mac, cli_mac));
+        assert_eq!(ip6.dst, common::v6(1));
+        assert_eq!(
+            na.target,
+            "2001:db8::10".parse::<std::net::Ipv6Addr>().unwrap()
+        );
+        assert_eq!(na.target_lla, Some(mac));
+        assert!(na.solicited && na.override_flag);
+        answered += 1;
+        assert_eq!(r.handle.counters(&ip).responses_sent, answered);
+    }
+    assert_eq!(r.handle.counters(&ip).requests_received, 2);
+}
+
+/// Deletes a namespace on drop.
+struct Netns(&'static str);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = run(&["ip", "netns", "del", self.0]);
+    }
+}
+
+/// The interface watcher with the smallest notification buffer the kernel
+/// allows, in a namespace of its own, while `ip -batch` makes 500 address
+/// changes, adds a link and deletes one, and the watcher's runtime is
+/// blocked (its netlink connection task cannot read): the kernel drops
+/// notifications, among them the last ones. The watcher must notice
+/// (ENOBUFS, seen as an overrun on the stream), re-dump, and end up with
+/// exactly what a fresh dump shows. Without the re-dump the new link
+/// would never appear.
+#[test]
+fn netlink_overflow_is_detected_and_the_table_redumped() {
+    use arp_ndp::linux::{InterfaceWatcher, WatchOptions};
+    const NS: &str = "arpndp-ovf-n";
+    let _lock = serial();
+    let _ = run(&["ip", "netns", "del", NS]);
+    ok(&["ip", "netns", "add", NS]);
+    let _ns = Netns(NS);
+    // veth pairs: the test kernel may have no dummy driver.
+    for dev in ["gone", "churn"] {
+        ok(&[
+            "ip",
+            "-n",
+            NS,
+            "link",
+            "add",
+            &format!("{dev}0"),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &format!("{dev}1"),
+        ]);
+    }
+    ok(&[
+        "ip",
+        "-n",
+        NS,
+        "addr",
+        "add",
+        "192.0.2.1/32",
+        "dev",
+        "gone0",
+    ]);
+    let mut batch = String::new();
+    let mut expected: Vec<IpAddr> = Vec::new();
+    for net in ["198.51.100", "203.0.113"] {
+        for i in 1..=250 {
+            batch.push_str(&format!("addr add {net}.{i}/32 dev churn0\n"));
+            expected.push(format!("{net}.{i}").parse().unwrap());
+        }
+    }
+    batch.push_str("link add late0 type veth peer name late1\nlink set late0 up\nlink del gone0\n");
+    let batch_path = std::env::temp_dir().join(format!("arpndp-ovf-{}.batch", std::process::id()));
+    std::fs::write(&batch_path, batch).unwrap();
+
+    let path = format!("/run/netns/{NS}");
+    let batch_file = batch_path.display().to_string();
+    let outcome = thread::spawn(move || {
+        let f = File::open(&path).expect("open the namespace handle");
+        rustix::thread::move_into_link_name_space(
+            f.as_fd(),
+            Some(rustix::thread::LinkNameSpaceType::Network),
+        )
+        .expect("setns");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let mut w = InterfaceWatcher::start_with(WatchOptions {
+                receive_buffer: Some(1),
+            })
+            .await
+            .expect("watcher starts");
+            let names = |w: &InterfaceWatcher| -> Vec<String> {
+                w.table()
+                    .descriptions()
+                    .into_iter()
+                    .map(|d| d.name)
+                    .collect()
+            };
+            assert!(names(&w).contains(&"gone0".to_owned()));
+            assert_eq!(w.overflows(), 0);
+            // Blocking call on purpose: nothing reads the socket meanwhile.
+            ok(&["ip", "-n", NS, "-batch", &batch_file]);
+            let converged = |w: &InterfaceWatcher| {
+                let d = w.table().descriptions();
+                let churn = d.iter().find(|d| d.name == "churn0");
+                d.iter().any(|d| d.name == "late0")
+                    && !d.iter().any(|d| d.name.starts_with("gone"))
+                    && churn.is_some_and(|c| expected.iter().all(|a| c.addresses.contains(a)))
+            };
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            while !converged(&w) {
+                match tokio::time::timeout_at(deadline, w.changed()).await {
+                    Ok(r) => r.expect("notification stream"),
+                    Err(_) => panic!(
+                        "the table never caught up ({} overflows seen): {:?}",
+                        w.overflows(),
+                        names(&w)
+                    ),
+                }
+            }
+            assert!(w.overflows() >= 1, "the overflow was not detected");
+            let fresh = InterfaceWatcher::start().await.expect("a fresh dump");
+            assert_eq!(w.table(), fresh.table());
+            w.overflows()
+        })
+    })
+    .join();
+    let _ = std::fs::remove_file(&batch_path);
+    let overflows = outcome.unwrap_or_else(|e| std::panic::resume_unwind(e));
+    eprintln!("netlink overflows seen: {overflows}");
 }

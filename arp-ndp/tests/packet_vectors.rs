@@ -516,3 +516,231 @@ fn ns_truncated_anywhere() {
         assert!(ReceivedNs::decode(&f[..n]).is_err(), "length {n}");
     }
 }
+
+// ------------------------------------------------ IPv6 extension headers
+//
+// The three frames below were also decoded by `tcpdump -nn -vvv` from a
+// pcap file: "HBH (padn) [icmp6 sum ok] ... neighbor solicitation, who
+// has 2001:db8::10", "DSTOPT (pad1)(pad1)(opt_type 0x1e: len=10) [icmp6
+// sum ok]", "frag (0x12345678:0|32)".
+
+/// The NS above behind a Hop-by-Hop Options header holding one PadN
+/// option (4 bytes of padding): payload length 40, next header 0, the
+/// Hop-by-Hop header's next header 58. The ICMPv6 message and its
+/// checksum are unchanged (the pseudo-header's length is the ICMPv6
+/// length, 32).
+const NS_BEHIND_HOP_BY_HOP: &str = "
+    33 33 ff 00 00 10 | 02 00 00 00 00 01 | 86 dd
+    60 00 00 00 | 00 28 | 00 | ff
+    20 01 0d b8 00 00 00 00 00 00 00 00 00 00 00 01
+    ff 02 00 00 00 00 00 00 00 00 00 01 ff 00 00 10
+    3a | 00 | 01 04 00 00 00 00
+    87 | 00 | 1c 0b | 00 00 00 00
+    20 01 0d b8 00 00 00 00 00 00 00 00 00 00 00 10
+    01 | 01 | 02 00 00 00 00 01";
+
+/// The NS behind a 16-byte Destination Options header: Pad1, Pad1, an
+/// unknown option of type 0x1e (action bits 00: skip it) with 10 bytes of
+/// data.
+const NS_BEHIND_DESTINATION_OPTIONS: &str = "
+    33 33 ff 00 00 10 | 02 00 00 00 00 01 | 86 dd
+    60 00 00 00 | 00 30 | 3c | ff
+    20 01 0d b8 00 00 00 00 00 00 00 00 00 00 00 01
+    ff 02 00 00 00 00 00 00 00 00 00 01 ff 00 00 10
+    3a | 01 | 00 00 1e 0a 01 02 03 04 05 06 07 08 09 0a
+    87 | 00 | 1c 0b | 00 00 00 00
+    20 01 0d b8 00 00 00 00 00 00 00 00 00 00 00 10
+    01 | 01 | 02 00 00 00 00 01";
+
+/// The NS as the first fragment (offset 0, M set) behind a Fragment
+/// header.
+const NS_FRAGMENT: &str = "
+    33 33 ff 00 00 10 | 02 00 00 00 00 01 | 86 dd
+    60 00 00 00 | 00 28 | 2c | ff
+    20 01 0d b8 00 00 00 00 00 00 00 00 00 00 00 01
+    ff 02 00 00 00 00 00 00 00 00 00 01 ff 00 00 10
+    3a | 00 | 00 01 | 12 34 56 78
+    87 | 00 | 1c 0b | 00 00 00 00
+    20 01 0d b8 00 00 00 00 00 00 00 00 00 00 00 10
+    01 | 01 | 02 00 00 00 00 01";
+
+fn decoded_ns(rx: &ReceivedNs) -> (Ipv6Addr, Ipv6Addr, NeighborSolicitation) {
+    (rx.ip.src, rx.ip.dst, rx.ns)
+}
+
+#[test]
+fn ns_behind_hop_by_hop_with_padn() {
+    let f = hex(NS_BEHIND_HOP_BY_HOP);
+    assert_eq!(f, with_ext_headers(&hex(NS), &[(0, padn_body())]));
+    let rx = ReceivedNs::decode(&f).unwrap();
+    let plain = ReceivedNs::decode(&hex(NS)).unwrap();
+    assert_eq!(decoded_ns(&rx), decoded_ns(&plain));
+    assert_eq!(rx.ip.next_header, IPPROTO_HOPOPTS);
+    // Ethernet padding after it is still ignored.
+    let mut padded = f.clone();
+    padded.extend_from_slice(&[0; 6]);
+    assert!(ReceivedNs::decode(&padded).is_ok());
+}
+
+#[test]
+fn ns_behind_destination_options() {
+    let f = hex(NS_BEHIND_DESTINATION_OPTIONS);
+    let rx = ReceivedNs::decode(&f).unwrap();
+    assert_eq!(rx.ns.target, v6(0x10));
+    assert_eq!(rx.ns.source_lla, Some(CLIENT_MAC));
+    // The same with a discard-if-unrecognised option type (0x9e): dropped.
+    let mut f = f;
+    f[58] = 0x9e;
+    assert_eq!(
+        ReceivedNs::decode(&f),
+        Err(NsInvalid::Decode(DecodeError::UnrecognizedOption {
+            header: IPPROTO_DSTOPTS,
+            option: 0x9e
+        }))
+    );
+}
+
+#[test]
+fn ns_behind_every_allowed_header() {
+    let routing = vec![0, 0, 0, 0, 0, 0, 0]; // type 0, segments left 0
+    let f = with_ext_headers(
+        &hex(NS),
+        &[
+            (IPPROTO_HOPOPTS, padn_body()),
+            (IPPROTO_DSTOPTS, padn_body()),
+            (IPPROTO_ROUTING, routing.clone()),
+            (IPPROTO_DSTOPTS, padn_body()),
+        ],
+    );
+    assert_eq!(ReceivedNs::decode(&f).unwrap().ns.target, v6(0x10));
+    // A routing header with segments left: not ours yet.
+    let mut pending = routing;
+    pending[2] = 1;
+    let f = with_ext_headers(&hex(NS), &[(IPPROTO_ROUTING, pending)]);
+    assert_eq!(
+        ReceivedNs::decode(&f),
+        Err(NsInvalid::Decode(DecodeError::RoutingSegmentsLeft(1)))
+    );
+    // Hop-by-Hop anywhere but first.
+    let f = with_ext_headers(
+        &hex(NS),
+        &[
+            (IPPROTO_DSTOPTS, padn_body()),
+            (IPPROTO_HOPOPTS, padn_body()),
+        ],
+    );
+    assert_eq!(
+        ReceivedNs::decode(&f),
+        Err(NsInvalid::Decode(DecodeError::HopByHopNotFirst))
+    );
+}
+
+#[test]
+fn fragmented_ns_is_dropped() {
+    assert_eq!(
+        ReceivedNs::decode(&hex(NS_FRAGMENT)),
+        Err(NsInvalid::Decode(DecodeError::Fragmented))
+    );
+    // An atomic fragment (offset 0, M clear) too, and behind Hop-by-Hop.
+    let mut atomic = hex(NS_FRAGMENT);
+    atomic[57] = 0;
+    assert_eq!(
+        ReceivedNs::decode(&atomic),
+        Err(NsInvalid::Decode(DecodeError::Fragmented))
+    );
+    let f = with_ext_headers(
+        &hex(NS),
+        &[
+            (IPPROTO_HOPOPTS, padn_body()),
+            (IPPROTO_FRAGMENT, vec![0, 0, 0, 0, 0, 0, 0]),
+        ],
+    );
+    assert_eq!(
+        ReceivedNs::decode(&f),
+        Err(NsInvalid::Decode(DecodeError::Fragmented))
+    );
+}
+
+#[test]
+fn truncated_extension_headers_are_dropped() {
+    let f = hex(NS_BEHIND_HOP_BY_HOP);
+    // Cut anywhere (the payload length then overruns the frame).
+    for n in 0..f.len() {
+        assert!(ReceivedNs::decode(&f[..n]).is_err(), "length {n}");
+    }
+    // The payload length itself ends inside the Hop-by-Hop header.
+    for len in 0..8u8 {
+        let mut g = f.clone();
+        g[18] = 0;
+        g[19] = len;
+        assert!(
+            matches!(
+                ReceivedNs::decode(&g),
+                Err(NsInvalid::Decode(DecodeError::Truncated {
+                    what: "IPv6 extension header",
+                    ..
+                }))
+            ),
+            "payload length {len}"
+        );
+    }
+    // Hdr Ext Len says 16 bytes; the payload ends after 8 + 32.
+    let mut g = f.clone();
+    g[55] = 1;
+    assert!(ReceivedNs::decode(&g).is_err());
+    // An option running past the end of its header.
+    let mut g = f;
+    g[57] = 5;
+    assert_eq!(
+        ReceivedNs::decode(&g),
+        Err(NsInvalid::Decode(DecodeError::Truncated {
+            what: "IPv6 option",
+            need: 7,
+            got: 6
+        }))
+    );
+}
+
+#[test]
+fn too_many_extension_headers_are_dropped() {
+    let four = vec![(IPPROTO_DSTOPTS, padn_body()); MAX_EXTENSION_HEADERS];
+    assert!(ReceivedNs::decode(&with_ext_headers(&hex(NS), &four)).is_ok());
+    let five = vec![(IPPROTO_DSTOPTS, padn_body()); MAX_EXTENSION_HEADERS + 1];
+    assert_eq!(
+        ReceivedNs::decode(&with_ext_headers(&hex(NS), &five)),
+        Err(NsInvalid::Decode(DecodeError::TooManyExtensionHeaders(
+            MAX_EXTENSION_HEADERS
+        )))
+    );
+    // A long chain within the payload limit costs a bounded walk: a
+    // thousand headers stop at the fifth.
+    let many = vec![(IPPROTO_DSTOPTS, padn_body()); 1000];
+    assert_eq!(
+        ReceivedNs::decode(&with_ext_headers(&hex(NS), &many)),
+        Err(NsInvalid::Decode(DecodeError::TooManyExtensionHeaders(
+            MAX_EXTENSION_HEADERS
+        )))
+    );
+}
+
+#[test]
+fn other_protocols_behind_extension_headers_are_not_solicitations() {
+    let mut f = hex(NS_BEHIND_HOP_BY_HOP);
+    f[54] = 17; // UDP after the Hop-by-Hop header
+    assert_eq!(
+        ReceivedNs::decode(&f),
+        Err(NsInvalid::Decode(DecodeError::NextHeader(17)))
+    );
+}
+
+#[test]
+fn na_behind_hop_by_hop_decodes() {
+    let f = with_ext_headers(&hex(NA), &[(IPPROTO_HOPOPTS, padn_body())]);
+    let (_, _, na) = NeighborAdvertisement::decode_frame(&f).unwrap();
+    assert_eq!(na.target, v6(0x10));
+    let f = with_ext_headers(&hex(NA), &[(IPPROTO_FRAGMENT, vec![0; 7])]);
+    assert_eq!(
+        NeighborAdvertisement::decode_frame(&f),
+        Err(NsInvalid::Decode(DecodeError::Fragmented))
+    );
+}

@@ -103,6 +103,50 @@ proptest! {
         exercise(&f);
     }
 
+    /// Extension headers in front of a valid NS: padding-only Hop-by-Hop
+    /// and Destination Options headers (1 to 4 of them, any length) leave
+    /// the decoded solicitation as it was; one Fragment header anywhere in
+    /// the chain drops it; and arbitrary extension header bytes never
+    /// panic.
+    #[test]
+    fn extension_headers_in_front_of_a_valid_ns(
+        target in ipv6(),
+        units in proptest::collection::vec(0u8..4, 1..=MAX_EXTENSION_HEADERS),
+        fragment_at in proptest::option::of(0usize..MAX_EXTENSION_HEADERS),
+        junk in proptest::collection::vec(any::<u8>(), 0..64),
+        junk_kind in prop_oneof![Just(0u8), Just(43), Just(44), Just(60)],
+    ) {
+        prop_assume!(!target.is_multicast());
+        let ns = NeighborSolicitation::resolve_frame(CLIENT_MAC, v6(1), target);
+        let plain = ReceivedNs::decode(&ns).unwrap();
+        // Pad1 bytes fill each header: Hdr Ext Len, then zeros.
+        let mut headers: Vec<(u8, Vec<u8>)> = units
+            .iter()
+            .enumerate()
+            .map(|(i, u)| {
+                let kind = if i == 0 { IPPROTO_HOPOPTS } else { IPPROTO_DSTOPTS };
+                let mut body = vec![0u8; (usize::from(*u) + 1) * 8 - 1];
+                body[0] = *u;
+                (kind, body)
+            })
+            .collect();
+        let rx = ReceivedNs::decode(&with_ext_headers(&ns, &headers)).unwrap();
+        prop_assert_eq!(rx.ns, plain.ns);
+        prop_assert_eq!((rx.ip.src, rx.ip.dst, rx.eth), (plain.ip.src, plain.ip.dst, plain.eth));
+        if let Some(at) = fragment_at {
+            headers.insert(at.min(headers.len()), (IPPROTO_FRAGMENT, vec![0; 7]));
+            headers.truncate(MAX_EXTENSION_HEADERS);
+            if headers.iter().any(|h| h.0 == IPPROTO_FRAGMENT) {
+                prop_assert!(ReceivedNs::decode(&with_ext_headers(&ns, &headers)).is_err());
+            }
+        }
+        let mut body = junk;
+        if body.is_empty() {
+            body.push(0);
+        }
+        exercise(&with_ext_headers(&ns, &[(junk_kind, body)]));
+    }
+
     #[test]
     fn arp_round_trip(
         request in any::<bool>(),

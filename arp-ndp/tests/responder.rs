@@ -274,6 +274,41 @@ fn dad_probe_gets_na_to_all_nodes() {
 }
 
 #[test]
+fn ns_behind_hop_by_hop_is_answered_like_a_plain_one() {
+    let o = owned(&["2001:db8::10"]);
+    let plain = respond(&o, &eth0(), &ns_frame());
+    let f = with_ext_headers(&ns_frame(), &[(IPPROTO_HOPOPTS, padn_body())]);
+    let d = respond(&o, &eth0(), &f);
+    assert_eq!(d, plain, "the same NA, without extension headers");
+    let (_, ip6, _) = NeighborAdvertisement::decode_frame(d.reply_frame().unwrap()).unwrap();
+    assert_eq!(ip6.next_header, 58);
+}
+
+#[test]
+fn fragmented_or_too_deep_ns_is_invalid() {
+    let o = owned(&["2001:db8::10"]);
+    let frag = with_ext_headers(&ns_frame(), &[(IPPROTO_FRAGMENT, vec![0; 7])]);
+    assert_eq!(
+        drop_reason(&respond(&o, &eth0(), &frag)),
+        DropReason::Invalid
+    );
+    let deep = with_ext_headers(
+        &ns_frame(),
+        &vec![(IPPROTO_DSTOPTS, padn_body()); MAX_EXTENSION_HEADERS + 1],
+    );
+    assert_eq!(
+        drop_reason(&respond(&o, &eth0(), &deep)),
+        DropReason::Invalid
+    );
+    let mut udp = with_ext_headers(&ns_frame(), &[(IPPROTO_HOPOPTS, padn_body())]);
+    udp[54] = 17;
+    assert_eq!(
+        drop_reason(&respond(&o, &eth0(), &udp)),
+        DropReason::NotRequest
+    );
+}
+
+#[test]
 fn drop_ns_not_owned() {
     let d = respond(&owned(&["2001:db8::11"]), &eth0(), &ns_frame());
     assert_eq!(drop_reason(&d), DropReason::NotOwned);

@@ -29,10 +29,13 @@
 //!   (3784 / 4784, IPv4 and IPv6) and a timerfd; [`Bfd::start`] and the
 //!   [`BfdHandle`] the speaker uses (acquire / release / set parameters, a
 //!   watch per session, an event stream of transitions).
+//! - [`metrics`]: MetalLB's `metallb_bfd_*` metrics on a caller's
+//!   Prometheus registry, read from the runtime's counters at each scrape.
 //!
-//! Not built yet: echo on the wire (AF_PACKET on 3785) and metrics. See
-//! `README.md` for `metallbctl bfd-probe` and the measurements.
+//! Not built yet: echo on the wire (AF_PACKET on 3785). See `README.md` for
+//! `metallbctl bfd-probe` and the measurements.
 
+pub mod metrics;
 pub mod packet;
 pub mod params;
 pub mod path;

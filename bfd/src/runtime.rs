@@ -32,8 +32,11 @@
 //! (updated in place on every packet; receivers are woken only when
 //! something other than counters and timestamps changes), an unbounded
 //! event channel per subscriber (every transition, never dropped, never
-//! blocking the thread) and atomic counters ([`RuntimeStats`], and the
-//! lateness of periodic transmissions, [`BfdHandle::tx_lateness`]).
+//! blocking the thread), atomic counters ([`RuntimeStats`], and the
+//! lateness of periodic transmissions, [`BfdHandle::tx_lateness`]) and,
+//! when a Prometheus scrape asks through the command queue, a copy of every
+//! session's counters ([`crate::metrics`]; nothing is counted for it on the
+//! packet path beyond one integer per successful send).
 //!
 //! Times in [`SessionStatus`] and [`StateChange`] are ns of
 //! `CLOCK_MONOTONIC` ([`monotonic_ns`]); [`to_system_time`] converts them.
@@ -65,6 +68,7 @@ use serde::Serialize;
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::metrics::Sample;
 use crate::params::Parameters;
 use crate::path::SessionKey;
 use crate::registry::{ClientId, RegistryError};
@@ -141,6 +145,7 @@ enum Command {
     Acquire {
         key: SessionKey,
         params: Parameters,
+        vrf: Option<String>,
         reply: Reply<Acquired>,
     },
     Release {
@@ -153,6 +158,8 @@ enum Command {
         reply: Reply<()>,
     },
     Subscribe(mpsc::UnboundedSender<BfdEvent>),
+    /// A snapshot of every session's metrics (a scrape).
+    MetricSamples(std_mpsc::SyncSender<Vec<Sample>>),
     Shutdown,
 }
 
@@ -180,6 +187,7 @@ impl std::fmt::Debug for Command {
             Command::Release { client, .. } => write!(f, "Release({client})"),
             Command::SetParameters { client, .. } => write!(f, "SetParameters({client})"),
             Command::Subscribe(_) => f.write_str("Subscribe"),
+            Command::MetricSamples(_) => f.write_str("MetricSamples"),
             Command::Shutdown => f.write_str("Shutdown"),
         }
     }
@@ -281,16 +289,53 @@ impl BfdHandle {
     /// Becomes a client of the session on `key`, creating and starting it
     /// if needed (sessions are shared, reference counted, with the most
     /// demanding parameters of their clients). Returns the client id and a
-    /// watch of the session.
+    /// watch of the session. The session is in the default VRF for its
+    /// metrics; see [`BfdHandle::acquire_in_vrf`].
     pub async fn acquire(&self, key: SessionKey, params: Parameters) -> Result<Acquired, Error> {
-        let rx = self.request(|reply| Command::Acquire { key, params, reply })?;
+        self.acquire_in_vrf(key, params, None).await
+    }
+
+    /// [`BfdHandle::acquire`] for a peer in a VRF: `vrf` is the session's
+    /// `vrf` label in [`crate::metrics`] (`None` or `""`: the default VRF).
+    /// It is a label only: the path is the key's (its interface, which for
+    /// a VRF is the VRF's device or one of its ports). The client that
+    /// creates a session names its VRF; later clients' `vrf` is not used.
+    pub async fn acquire_in_vrf(
+        &self,
+        key: SessionKey,
+        params: Parameters,
+        vrf: Option<&str>,
+    ) -> Result<Acquired, Error> {
+        let vrf = vrf.map(str::to_owned);
+        let rx = self.request(|reply| Command::Acquire {
+            key,
+            params,
+            vrf,
+            reply,
+        })?;
         rx.await.unwrap_or(Err(Error::Stopped))
     }
 
     /// [`BfdHandle::acquire`] for synchronous callers (not from inside an
     /// async runtime).
     pub fn acquire_blocking(&self, key: SessionKey, params: Parameters) -> Result<Acquired, Error> {
-        let rx = self.request(|reply| Command::Acquire { key, params, reply })?;
+        self.acquire_in_vrf_blocking(key, params, None)
+    }
+
+    /// [`BfdHandle::acquire_in_vrf`] for synchronous callers.
+    pub fn acquire_in_vrf_blocking(
+        &self,
+        key: SessionKey,
+        params: Parameters,
+        vrf: Option<&str>,
+    ) -> Result<Acquired, Error> {
+        let vrf = vrf.map(str::to_owned);
+        let rx = self.request(|reply| Command::Acquire {
+            key,
+            params,
+            vrf,
+            reply,
+        })?;
         rx.blocking_recv().unwrap_or(Err(Error::Stopped))
     }
 
@@ -338,6 +383,17 @@ impl BfdHandle {
         // If the runtime has stopped, the receiver just sees a closed channel.
         let _ = self.send(Command::Subscribe(tx));
         rx
+    }
+
+    /// Every session's metric values, from the runtime thread; `None` if it
+    /// has stopped or does not answer within `timeout`. Blocks the caller
+    /// (not the runtime thread), without panicking inside an async runtime.
+    pub(crate) fn metric_samples(&self, timeout: Duration) -> Option<Vec<Sample>> {
+        // Capacity 1: the thread's single send never blocks, even if this
+        // side has given up waiting.
+        let (tx, rx) = std_mpsc::sync_channel(1);
+        self.send(Command::MetricSamples(tx)).ok()?;
+        rx.recv_timeout(timeout).ok()
     }
 
     /// Counters of the runtime thread.

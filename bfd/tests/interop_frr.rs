@@ -15,14 +15,17 @@
 //! The probe test runs the `metallbctl` binary built beside this test
 //! binary (`cargo test --workspace` builds it first).
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use bfd::metrics::names;
 use bfd::packet::{Diagnostic, State};
 use bfd::runtime::{BfdEvent, monotonic_ns};
 use bfd::{Bfd, ClientAction, Config, Parameters, SessionKey, SessionStatus};
+use prometheus::Registry;
 use testkit::{BfdPeer, BfdProfile, Frr, FrrConfig, Lab, LabOptions, Netns, plan, wait_until};
 use tokio::sync::{mpsc, watch};
 
@@ -124,6 +127,36 @@ fn router_addr_for(local: IpAddr) -> IpAddr {
     } else {
         plan::ROUTER_V6.into()
     }
+}
+
+/// Our `metallb_bfd_*` series for `peer` in the default VRF, by name; all
+/// eight must be there.
+fn our_metrics(registry: &Registry, peer: IpAddr) -> Result<BTreeMap<&'static str, f64>> {
+    let peer = peer.to_string();
+    let mut out = BTreeMap::new();
+    for family in registry.gather() {
+        let name = names::ALL
+            .into_iter()
+            .find(|n| *n == family.name())
+            .with_context(|| format!("unexpected family {}", family.name()))?;
+        for m in family.get_metric() {
+            let labels: Vec<(&str, &str)> = m
+                .get_label()
+                .iter()
+                .map(|l| (l.name(), l.value()))
+                .collect();
+            if labels == [("peer", peer.as_str()), ("vrf", "default")] {
+                let v = if name == names::SESSION_UP {
+                    m.get_gauge().get_value()
+                } else {
+                    m.get_counter().get_value()
+                };
+                out.insert(name, v);
+            }
+        }
+    }
+    ensure!(out.len() == names::ALL.len(), "series of {peer}: {out:?}");
+    Ok(out)
 }
 
 /// Waits until our session is in `state`; returns its status.
@@ -371,6 +404,8 @@ fn single_hop_v4_v6_up_silent_cut_down_with_diag_1_and_recovery() -> Result<()> 
         &[n1v4(), n1v6()],
     )?;
     let bfd = start_bfd(lab.node(1))?;
+    let registry = Registry::new();
+    bfd::metrics::register(&registry, &bfd)?;
     let mut events = bfd.subscribe();
     let mut sessions = Vec::new();
     for local in [n1v4(), n1v6()] {
@@ -387,6 +422,14 @@ fn single_hop_v4_v6_up_silent_cut_down_with_diag_1_and_recovery() -> Result<()> 
         let s = wait_negotiated(status, 300_000, 900_000)?;
         wait_frr_sees(&router, *local, 300, 300)?;
         ensure!(s.counters.control_dropped == 0, "{s:?}");
+        // MetalLB's metrics, labelled with FRR's address (no port).
+        let m = our_metrics(&registry, router_addr_for(*local))?;
+        ensure!(m[names::SESSION_UP] == 1.0, "{m:?}");
+        ensure!(m[names::SESSION_UP_EVENTS] == 1.0, "{m:?}");
+        ensure!(m[names::SESSION_DOWN_EVENTS] == 0.0, "{m:?}");
+        ensure!(m[names::CONTROL_PACKET_INPUT] >= 2.0, "{m:?}");
+        ensure!(m[names::CONTROL_PACKET_OUTPUT] >= 2.0, "{m:?}");
+        ensure!(m[names::ECHO_PACKET_OUTPUT] == 0.0, "{m:?}");
     }
     let ids: Vec<u32> = sessions.iter().map(|s| s.1.borrow().local_discr).collect();
 
@@ -406,6 +449,9 @@ fn single_hop_v4_v6_up_silent_cut_down_with_diag_1_and_recovery() -> Result<()> 
             s.state == State::Down && s.local_diag == Diagnostic::ControlDetectionTimeExpired,
             "{s:?}"
         );
+        let m = our_metrics(&registry, router_addr_for(*local))?;
+        ensure!(m[names::SESSION_UP] == 0.0, "{m:?}");
+        ensure!(m[names::SESSION_DOWN_EVENTS] == 1.0, "{m:?}");
     }
 
     // Restore: Up again on both sides, in agreement.
@@ -414,6 +460,9 @@ fn single_hop_v4_v6_up_silent_cut_down_with_diag_1_and_recovery() -> Result<()> 
         wait_ours(status, State::Up, UP_TIMEOUT)?;
         router.wait_bfd_status(*local, "up", UP_TIMEOUT)?;
         agree(&router, *local, status)?;
+        let m = our_metrics(&registry, router_addr_for(*local))?;
+        ensure!(m[names::SESSION_UP] == 1.0, "{m:?}");
+        ensure!(m[names::SESSION_UP_EVENTS] == 2.0, "{m:?}");
     }
 
     // Release: FRR hears AdminDown (its view: down, remote diagnostic 7).
@@ -431,6 +480,8 @@ fn single_hop_v4_v6_up_silent_cut_down_with_diag_1_and_recovery() -> Result<()> 
             "the watch closes with the session"
         );
     }
+    // No stale peers: the released sessions' series are gone.
+    ensure!(registry.gather().is_empty(), "{:?}", registry.gather());
     bfd.shutdown();
     Ok(())
 }

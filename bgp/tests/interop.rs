@@ -13,7 +13,11 @@
 //! bgp` does not build `metallbctl`, and `CARGO_BIN_EXE_*` is per crate),
 //! and no `setns` inside a multi-threaded tokio runtime.
 //!
-//! Each test is one cell of the matrix, named `<row>_<router>`.
+//! Each test is one cell of the matrix, named `<row>_<router>`: a row is
+//! one scenario function taking the [`RouterKind`], run against FRR in
+//! `router` or BIRD / GoBGP in `router2` ([`L2Router`]; the multihop row
+//! puts the router in `far`), and each cell asserts what the router itself
+//! shows (vtysh, birdc, gobgp CLI) as well as our side.
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -21,12 +25,14 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, ensure};
 use testkit::plan;
 use testkit::{
-    Frr, FrrConfig, FrrNeighbor, Lab, LabOptions, Netns, NsChild, Router2, Router2Kind, wait_until,
+    Family, L2Router, Lab, LabOptions, Neighbor, Netns, NsChild, Route, Router, RouterConfig,
+    RouterKind, wait_until,
 };
 
 const HELPER_ENV: &str = "BGP_INTEROP_HELPER";
+/// Generous for a loaded 2-core machine: BIRD and GoBGP retry every 5 s.
 const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(60);
-const ROUTE_TIMEOUT: Duration = Duration::from_secs(30);
+const ROUTE_TIMEOUT: Duration = Duration::from_secs(60);
 
 // ---------------------------------------------------------------- helper
 
@@ -180,6 +186,21 @@ impl Speaker {
         })
     }
 
+    fn wait_left_established(&self, timeout: Duration) -> Result<()> {
+        self.wait_event("leaving Established", timeout, |e| {
+            e["event"] == "state_changed" && e["from"] == "Established"
+        })
+    }
+
+    /// The text of the last error in the published session state.
+    fn last_error(&self) -> Option<String> {
+        self.events()
+            .iter()
+            .rev()
+            .find(|e| e["event"] == "state" && !e["state"]["last_error"].is_null())
+            .map(|e| e["state"]["last_error"]["text"].to_string())
+    }
+
     /// SIGTERM: withdraw, Cease, exit.
     fn stop(mut self) -> Result<String> {
         let status = self
@@ -205,12 +226,14 @@ fn spec(peer: IpAddr, my_asn: u32, peer_asn: u32, prefixes: &[&str]) -> serde_js
 }
 
 fn setup() -> Result<(testkit::SerialGuard, Lab)> {
+    setup_lab(false)
+}
+
+/// The lab with one node, and with `far` behind the router when asked.
+fn setup_lab(far: bool) -> Result<(testkit::SerialGuard, Lab)> {
     let serial = testkit::serial()?;
     testkit::preflight()?;
-    let lab = Lab::up(&LabOptions {
-        nodes: 1,
-        far: false,
-    })?;
+    let lab = Lab::up(&LabOptions { nodes: 1, far })?;
     Ok((serial, lab))
 }
 
@@ -222,81 +245,104 @@ fn node1_v6() -> IpAddr {
     plan::node_v6(1).into()
 }
 
-fn frr_prefixes(frr: &Frr, v6: bool) -> Result<Vec<String>> {
-    let mut r: Vec<String> = if v6 {
-        frr.routes_v6()?
-    } else {
-        frr.routes_v4()?
-    }
-    .into_iter()
-    .map(|r| r.prefix)
-    .collect();
-    r.sort();
-    r.dedup();
-    Ok(r)
+/// The router's session with `addr` is established (the error carries our
+/// speaker's log too).
+fn wait_router_established(router: &Router, addr: IpAddr, speaker: &Speaker) -> Result<()> {
+    router
+        .wait_established(addr, ESTABLISH_TIMEOUT)
+        .with_context(|| format!("speaker log:\n{}", speaker.log()))
 }
 
-fn wait_frr_prefixes(frr: &Frr, v6: bool, want: &[&str]) -> Result<()> {
+/// Waits until the router's `family` table holds exactly `want`; returns
+/// its paths.
+fn wait_prefixes(router: &Router, family: Family, want: &[&str]) -> Result<Vec<Route>> {
     let mut want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
     want.sort();
-    wait_until(
-        ROUTE_TIMEOUT,
-        Duration::from_millis(200),
-        || match frr_prefixes(frr, v6) {
-            Ok(have) if have == want => Ok(()),
-            Ok(have) => Err(format!("FRR has {have:?}, want {want:?}")),
-            Err(e) => Err(format!("{e:#}")),
-        },
-    )
+    wait_until(ROUTE_TIMEOUT, Duration::from_millis(250), || {
+        let routes = router.routes(family).map_err(|e| format!("{e:#}"))?;
+        let mut have: Vec<String> = routes.iter().map(|r| r.prefix.clone()).collect();
+        have.sort();
+        have.dedup();
+        if have == want {
+            Ok(routes)
+        } else {
+            Err(format!(
+                "{} has {have:?}, want {want:?}",
+                router.kind().name()
+            ))
+        }
+    })
     .map_err(anyhow::Error::from)
 }
 
-// ---------------------------------------------------------------- FRR
+/// Stops our speaker (withdraw, Cease); the router's tables of `families`
+/// empty. Returns the speaker's log.
+fn stop_and_wait_withdrawn(
+    speaker: Speaker,
+    router: &Router,
+    families: &[Family],
+) -> Result<String> {
+    let log = speaker.stop()?;
+    for f in families {
+        wait_prefixes(router, *f, &[]).with_context(|| log.clone())?;
+    }
+    Ok(log)
+}
+
+/// Some path of `prefix` has `next_hop` among its next hops.
+fn ensure_next_hop(routes: &[Route], prefix: &str, next_hop: IpAddr) -> Result<()> {
+    ensure!(
+        routes.iter().any(|r| r.prefix == prefix
+            && r.next_hops
+                .iter()
+                .any(|n| n.parse::<IpAddr>().ok() == Some(next_hop))),
+        "{prefix}: next hop {next_hop} not seen: {routes:?}"
+    );
+    Ok(())
+}
+
+/// The eBGP session of our speaker (AS 64513) to `at`'s address of `family`.
+fn ebgp_spec(at: &L2Router, family: Family, prefixes: &[&str]) -> serde_json::Value {
+    spec(at.addr(family), plan::NODE_AS, at.asn, prefixes)
+}
 
 const V4_PREFIXES: [&str; 3] = ["198.51.100.1/32", "198.51.100.2/32", "198.51.100.3/32"];
+
+// ---------------------------------------------------------------- eBGP IPv4
 
 /// eBGP over IPv4 vs FRR: Established, 3 prefixes with communities and
 /// large communities, withdrawal seen after the speaker stops.
 #[test]
 fn ebgp_ipv4_frr() -> Result<()> {
     let (_serial, lab) = setup()?;
-    let frr = lab.start_router(
-        &FrrConfig::new("router", plan::ROUTER_AS, plan::ROUTER_V4)
-            .neighbor(FrrNeighbor::new(node1_v4(), plan::NODE_AS)),
+    let at = L2Router::of(RouterKind::Frr);
+    let router = lab.start_l2_router(
+        &at.config()
+            .neighbor(Neighbor::new(node1_v4(), plan::NODE_AS)),
     )?;
-    let mut s = spec(
-        plan::ROUTER_V4.into(),
-        plan::NODE_AS,
-        plan::ROUTER_AS,
-        &V4_PREFIXES,
-    );
+    let Router::Frr(frr) = &router else {
+        unreachable!("an FRR config starts FRR")
+    };
+    let mut s = ebgp_spec(&at, Family::Ipv4, &V4_PREFIXES);
     s["communities"] = serde_json::json!(["64513:100", "65000:7"]);
     s["large_communities"] = serde_json::json!(["64513:1:2"]);
     let speaker = Speaker::start(lab.node(1), s)?;
-    frr.wait_established(node1_v4(), ESTABLISH_TIMEOUT)
-        .with_context(|| speaker.log())?;
+    wait_router_established(&router, node1_v4(), &speaker)?;
     speaker.wait_established(Duration::from_secs(10))?;
     // The negotiated capabilities are reported.
     speaker.wait_event("negotiated", Duration::from_secs(5), |e| {
         e["event"] == "negotiated" && e["peer_as"] == plan::ROUTER_AS
     })?;
-    wait_frr_prefixes(&frr, false, &V4_PREFIXES)?;
+    let routes = wait_prefixes(&router, Family::Ipv4, &V4_PREFIXES)?;
     for p in V4_PREFIXES {
         let detail = frr.show_json(&format!("show bgp ipv4 unicast {p} json"))?;
         let text = detail.to_string();
         for c in ["64513:100", "65000:7", "64513:1:2"] {
             ensure!(text.contains(c), "{p}: {c} missing in {text}");
         }
-        let route = frr.route(p)?;
-        ensure!(
-            route
-                .iter()
-                .any(|r| r.nexthops.iter().any(|n| n == "192.0.2.11")),
-            "{p}: next hop {route:?}"
-        );
+        ensure_next_hop(&routes, p, node1_v4())?;
     }
-    let log = speaker.stop()?;
-    wait_frr_prefixes(&frr, false, &[]).with_context(|| log.clone())?;
+    stop_and_wait_withdrawn(speaker, &router, &[Family::Ipv4])?;
     // Cease/Administrative Shutdown reached FRR.
     let n = frr.vtysh(&[&format!("show bgp neighbors {} json", node1_v4())])?;
     ensure!(
@@ -306,351 +352,168 @@ fn ebgp_ipv4_frr() -> Result<()> {
     Ok(())
 }
 
-/// iBGP vs FRR: LOCAL_PREF seen by the peer.
-#[test]
-fn ibgp_frr() -> Result<()> {
+/// eBGP over IPv4 vs BIRD or GoBGP: Established, 3 prefixes with our next
+/// hop and AS path, withdrawal seen after the speaker stops.
+fn ebgp_ipv4(kind: RouterKind) -> Result<()> {
     let (_serial, lab) = setup()?;
-    let frr = lab.start_router(
-        &FrrConfig::new("router", plan::ROUTER_AS, plan::ROUTER_V4)
-            .neighbor(FrrNeighbor::new(node1_v4(), plan::ROUTER_AS)),
+    let at = L2Router::of(kind);
+    let router = lab.start_l2_router(
+        &at.config()
+            .neighbor(Neighbor::new(node1_v4(), plan::NODE_AS)),
     )?;
-    let mut s = spec(
-        plan::ROUTER_V4.into(),
-        plan::ROUTER_AS,
-        plan::ROUTER_AS,
-        &["198.51.100.10/32"],
-    );
-    s["local_pref"] = serde_json::json!(250);
-    let speaker = Speaker::start(lab.node(1), s)?;
-    frr.wait_established(node1_v4(), ESTABLISH_TIMEOUT)
-        .with_context(|| speaker.log())?;
-    wait_frr_prefixes(&frr, false, &["198.51.100.10/32"])?;
-    let r = frr.route("198.51.100.10/32")?;
-    ensure!(
-        r.iter().any(|r| r.local_pref == Some(250)),
-        "LOCAL_PREF not seen: {:?}",
-        r.iter().map(|r| &r.raw).collect::<Vec<_>>()
-    );
-    ensure!(
-        r.iter().all(|r| r.as_path.is_empty()),
-        "iBGP AS_PATH not empty"
-    );
-    speaker.stop()?;
-    wait_frr_prefixes(&frr, false, &[])?;
-    Ok(())
-}
-
-/// An IPv6 session announcing IPv6 prefixes vs FRR.
-#[test]
-fn ipv6_session_frr() -> Result<()> {
-    let (_serial, lab) = setup()?;
-    let frr = lab.start_router(
-        &FrrConfig::new("router", plan::ROUTER_AS, plan::ROUTER_V4)
-            .neighbor(FrrNeighbor::new(node1_v6(), plan::NODE_AS)),
-    )?;
-    let prefixes = ["2001:db8:100::1/128", "2001:db8:100::2/128"];
-    let speaker = Speaker::start(
-        lab.node(1),
-        spec(
-            plan::ROUTER_V6.into(),
-            plan::NODE_AS,
-            plan::ROUTER_AS,
-            &prefixes,
-        ),
-    )?;
-    frr.wait_established(node1_v6(), ESTABLISH_TIMEOUT)
-        .with_context(|| speaker.log())?;
-    wait_frr_prefixes(&frr, true, &prefixes).with_context(|| speaker.log())?;
-    let r = frr.route(prefixes[0])?;
-    ensure!(
-        r.iter()
-            .any(|r| r.nexthops.iter().any(|n| n == &node1_v6().to_string())),
-        "next hop: {:?}",
-        r.iter().map(|r| &r.raw).collect::<Vec<_>>()
-    );
-    speaker.stop()?;
-    wait_frr_prefixes(&frr, true, &[])?;
-    Ok(())
-}
-
-/// TCP MD5 (RFC 2385) vs FRR, same password on both sides: Established,
-/// prefixes seen, and the password never in our output.
-#[test]
-fn md5_match_frr() -> Result<()> {
-    let (_serial, lab) = setup()?;
-    let frr = lab.start_router(
-        &FrrConfig::new("router", plan::ROUTER_AS, plan::ROUTER_V4)
-            .neighbor(FrrNeighbor::new(node1_v4(), plan::NODE_AS).password("interop-key")),
-    )?;
-    let mut s = spec(
-        plan::ROUTER_V4.into(),
-        plan::NODE_AS,
-        plan::ROUTER_AS,
-        &V4_PREFIXES,
-    );
-    s["password"] = serde_json::json!("interop-key");
-    let speaker = Speaker::start(lab.node(1), s)?;
-    frr.wait_established(node1_v4(), ESTABLISH_TIMEOUT)
-        .with_context(|| speaker.log())?;
-    speaker.wait_established(Duration::from_secs(10))?;
-    wait_frr_prefixes(&frr, false, &V4_PREFIXES).with_context(|| speaker.log())?;
-    let log = speaker.stop()?;
-    ensure!(!log.contains("interop-key"), "the password leaked: {log}");
-    wait_frr_prefixes(&frr, false, &[]).with_context(|| log.clone())?;
-    Ok(())
-}
-
-/// TCP MD5 vs FRR with different passwords: never Established (the
-/// kernels drop the unsigned-for-them segments), our last error says to
-/// check the password without showing it, and FRR is not Established
-/// either.
-#[test]
-fn md5_mismatch_frr() -> Result<()> {
-    let (_serial, lab) = setup()?;
-    let frr = lab.start_router(
-        &FrrConfig::new("router", plan::ROUTER_AS, plan::ROUTER_V4)
-            .neighbor(FrrNeighbor::new(node1_v4(), plan::NODE_AS).password("frr-side-key")),
-    )?;
-    let mut s = spec(
-        plan::ROUTER_V4.into(),
-        plan::NODE_AS,
-        plan::ROUTER_AS,
-        &V4_PREFIXES,
-    );
-    s["password"] = serde_json::json!("our-side-key");
-    let speaker = Speaker::start(lab.node(1), s)?;
-    speaker.wait_event("MD5 hint", Duration::from_secs(15), |e| {
-        e["event"] == "error"
-            && e["text"]
-                .as_str()
-                .is_some_and(|t| t.contains("TCP MD5 is configured"))
-    })?;
-    // Give the session the rest of a 15 s window to (wrongly) come up.
-    std::thread::sleep(Duration::from_secs(5));
-    let frr_state = frr.bgp_neighbor_state(node1_v4())?;
-    ensure!(
-        frr_state.as_deref() != Some("Established"),
-        "FRR came up with a mismatched password"
-    );
-    let state_log = speaker.log();
-    let last_error = speaker
-        .events()
-        .iter()
-        .rev()
-        .find(|e| e["event"] == "state" && !e["state"]["last_error"].is_null())
-        .map(|e| e["state"]["last_error"]["text"].to_string());
-    ensure!(
-        last_error
-            .as_deref()
-            .is_some_and(|t| t.contains("check the password")),
-        "last error: {last_error:?}; log:\n{state_log}"
-    );
-    let log = speaker.stop()?;
-    ensure!(!log.contains("our-side-key"), "the password leaked: {log}");
-    ensure!(
-        !log.contains("\"to\":\"Established\""),
-        "came up with a mismatched password"
-    );
-    Ok(())
-}
-
-/// Hold time 9 s and a silent cut: FRR drops the session within the hold
-/// time (plus margin) and our side leaves Established.
-#[test]
-fn hold_expiry_after_silent_cut_frr() -> Result<()> {
-    let (_serial, lab) = setup()?;
-    let frr = lab.start_router(
-        &FrrConfig::new("router", plan::ROUTER_AS, plan::ROUTER_V4)
-            .neighbor(FrrNeighbor::new(node1_v4(), plan::NODE_AS).timers(3, 9)),
-    )?;
-    let mut s = spec(
-        plan::ROUTER_V4.into(),
-        plan::NODE_AS,
-        plan::ROUTER_AS,
-        &["198.51.100.20/32"],
-    );
-    s["hold_time"] = serde_json::json!(9);
-    let speaker = Speaker::start(lab.node(1), s)?;
-    frr.wait_established(node1_v4(), ESTABLISH_TIMEOUT)
-        .with_context(|| speaker.log())?;
-    speaker.wait_established(Duration::from_secs(10))?;
-    speaker.wait_event("hold time 9", Duration::from_secs(5), |e| {
-        e["event"] == "negotiated" && e["hold_time"] == 9
-    })?;
-    let cut = lab.cut_cable(&plan::node_name(1))?;
-    let t0 = Instant::now();
-    // 9 s hold plus a margin for a loaded 2-core machine.
-    let margin = Duration::from_secs(9 + 10);
-    wait_until(margin, Duration::from_millis(250), || {
-        match frr.bgp_neighbor_state(node1_v4()) {
-            Ok(Some(s)) if s != "Established" => Ok(()),
-            Ok(s) => Err(format!("FRR says {s:?}")),
-            Err(e) => Err(format!("{e:#}")),
-        }
-    })?;
-    let frr_down = t0.elapsed();
-    speaker.wait_event("leaving Established", margin, |e| {
-        e["event"] == "state_changed" && e["from"] == "Established"
-    })?;
-    let ours_down = t0.elapsed();
-    ensure!(
-        ours_down < margin + Duration::from_secs(2),
-        "our side took {ours_down:?}"
-    );
-    println!("hold expiry: FRR down after {frr_down:?}, ours after {ours_down:?}");
-    ensure!(
-        speaker.log().contains("Hold Timer Expired"),
-        "our last error should be the hold timer: {}",
-        speaker.log()
-    );
-    cut.restore()?;
-    speaker.stop()?;
-    Ok(())
-}
-
-// ---------------------------------------------------------------- BIRD / GoBGP
-
-fn ebgp_ipv4_router2(kind: Router2Kind) -> Result<()> {
-    let (_serial, lab) = setup()?;
-    let r2 = lab.start_router2(kind, &[(node1_v4(), plan::NODE_AS)], &[])?;
     let prefixes = ["198.51.100.31/32", "198.51.100.32/32", "198.51.100.33/32"];
-    let speaker = Speaker::start(
-        lab.node(1),
-        spec(
-            plan::ROUTER2_V4.into(),
-            plan::NODE_AS,
-            plan::ROUTER2_AS,
-            &prefixes,
-        ),
-    )?;
-    wait_until(ESTABLISH_TIMEOUT, Duration::from_millis(250), || {
-        match r2.established(node1_v4()) {
-            Ok(true) => Ok(()),
-            Ok(false) => Err("not established".to_string()),
-            Err(e) => Err(format!("{e:#}")),
-        }
-    })
-    .map_err(|e| anyhow::anyhow!("{e}; speaker log:\n{}", speaker.log()))?;
+    let speaker = Speaker::start(lab.node(1), ebgp_spec(&at, Family::Ipv4, &prefixes))?;
+    wait_router_established(&router, node1_v4(), &speaker)?;
     speaker.wait_established(Duration::from_secs(10))?;
-    let want: Vec<String> = prefixes.iter().map(|s| s.to_string()).collect();
-    let have = |r2: &Router2| r2.prefixes(testkit::Family::Ipv4);
-    wait_until(ROUTE_TIMEOUT, Duration::from_millis(250), || {
-        match have(&r2) {
-            Ok(p) if want.iter().all(|w| p.contains(w)) => Ok(()),
-            Ok(p) => Err(format!("router2 has {p:?}")),
-            Err(e) => Err(format!("{e:#}")),
-        }
-    })?;
-    speaker.stop()?;
-    wait_until(ROUTE_TIMEOUT, Duration::from_millis(250), || {
-        match have(&r2) {
-            Ok(p) if !want.iter().any(|w| p.contains(w)) => Ok(()),
-            Ok(p) => Err(format!("router2 still has {p:?}")),
-            Err(e) => Err(format!("{e:#}")),
-        }
-    })?;
+    let routes = wait_prefixes(&router, Family::Ipv4, &prefixes)?;
+    for p in prefixes {
+        ensure_next_hop(&routes, p, node1_v4())?;
+    }
+    ensure!(
+        routes.iter().all(|r| r.as_path == [plan::NODE_AS]),
+        "AS path: {routes:?}"
+    );
+    stop_and_wait_withdrawn(speaker, &router, &[Family::Ipv4])?;
     Ok(())
 }
 
 #[test]
 fn ebgp_ipv4_bird() -> Result<()> {
-    ebgp_ipv4_router2(Router2Kind::Bird)
+    ebgp_ipv4(RouterKind::Bird)
 }
 
 #[test]
 fn ebgp_ipv4_gobgp() -> Result<()> {
-    ebgp_ipv4_router2(Router2Kind::Gobgp)
+    ebgp_ipv4(RouterKind::Gobgp)
 }
 
-/// One IPv4 session carrying both families vs FRR: IPv6 prefixes go in
+// ---------------------------------------------------------------- iBGP
+
+/// iBGP (our speaker in the router's AS): the router sees LOCAL_PREF 250
+/// and an empty AS_PATH.
+fn ibgp(kind: RouterKind) -> Result<()> {
+    let (_serial, lab) = setup()?;
+    let at = L2Router::of(kind);
+    let router = lab.start_l2_router(&at.config().neighbor(Neighbor::new(node1_v4(), at.asn)))?;
+    let prefix = "198.51.100.10/32";
+    let mut s = spec(at.v4.into(), at.asn, at.asn, &[prefix]);
+    s["local_pref"] = serde_json::json!(250);
+    let speaker = Speaker::start(lab.node(1), s)?;
+    wait_router_established(&router, node1_v4(), &speaker)?;
+    let routes = wait_prefixes(&router, Family::Ipv4, &[prefix])?;
+    ensure!(
+        routes.iter().any(|r| r.local_pref == Some(250)),
+        "LOCAL_PREF not seen: {routes:?}"
+    );
+    ensure!(
+        routes.iter().all(|r| r.as_path.is_empty()),
+        "iBGP AS_PATH not empty: {routes:?}"
+    );
+    ensure_next_hop(&routes, prefix, node1_v4())?;
+    stop_and_wait_withdrawn(speaker, &router, &[Family::Ipv4])?;
+    Ok(())
+}
+
+#[test]
+fn ibgp_frr() -> Result<()> {
+    ibgp(RouterKind::Frr)
+}
+
+#[test]
+fn ibgp_bird() -> Result<()> {
+    ibgp(RouterKind::Bird)
+}
+
+#[test]
+fn ibgp_gobgp() -> Result<()> {
+    ibgp(RouterKind::Gobgp)
+}
+
+// ---------------------------------------------------------------- IPv6
+
+/// An IPv6 session announcing IPv6 /128s: the router sees them with our
+/// IPv6 address as next hop.
+fn ipv6_session(kind: RouterKind) -> Result<()> {
+    let (_serial, lab) = setup()?;
+    let at = L2Router::of(kind);
+    let router = lab.start_l2_router(
+        &at.config()
+            .neighbor(Neighbor::new(node1_v6(), plan::NODE_AS)),
+    )?;
+    let prefixes = ["2001:db8:100::1/128", "2001:db8:100::2/128"];
+    let speaker = Speaker::start(lab.node(1), ebgp_spec(&at, Family::Ipv6, &prefixes))?;
+    wait_router_established(&router, node1_v6(), &speaker)?;
+    let routes = wait_prefixes(&router, Family::Ipv6, &prefixes).with_context(|| speaker.log())?;
+    for p in prefixes {
+        ensure_next_hop(&routes, p, node1_v6())?;
+    }
+    stop_and_wait_withdrawn(speaker, &router, &[Family::Ipv6])?;
+    Ok(())
+}
+
+#[test]
+fn ipv6_session_frr() -> Result<()> {
+    ipv6_session(RouterKind::Frr)
+}
+
+#[test]
+fn ipv6_session_bird() -> Result<()> {
+    ipv6_session(RouterKind::Bird)
+}
+
+#[test]
+fn ipv6_session_gobgp() -> Result<()> {
+    ipv6_session(RouterKind::Gobgp)
+}
+
+// ---------------------------------------------------------------- both families
+
+/// One IPv4 session carrying both families: the IPv6 prefix goes in
 /// MP_REACH with the IPv6 address of the same interface as next hop.
+fn both_families_one_session(kind: RouterKind) -> Result<()> {
+    let (_serial, lab) = setup()?;
+    let at = L2Router::of(kind);
+    let router = lab.start_l2_router(&at.config().neighbor(
+        Neighbor::new(node1_v4(), plan::NODE_AS).families(&[Family::Ipv4, Family::Ipv6]),
+    ))?;
+    let (v4, v6) = ("198.51.100.50/32", "2001:db8:100::50/128");
+    let speaker = Speaker::start(lab.node(1), ebgp_spec(&at, Family::Ipv4, &[v4, v6]))?;
+    wait_router_established(&router, node1_v4(), &speaker)?;
+    let routes = wait_prefixes(&router, Family::Ipv4, &[v4]).with_context(|| speaker.log())?;
+    ensure_next_hop(&routes, v4, node1_v4())?;
+    let routes = wait_prefixes(&router, Family::Ipv6, &[v6]).with_context(|| speaker.log())?;
+    ensure_next_hop(&routes, v6, node1_v6())?;
+    stop_and_wait_withdrawn(speaker, &router, &[Family::Ipv4, Family::Ipv6])?;
+    Ok(())
+}
+
 #[test]
 fn both_families_one_session_frr() -> Result<()> {
-    let (_serial, lab) = setup()?;
-    let frr = lab.start_router(
-        &FrrConfig::new("router", plan::ROUTER_AS, plan::ROUTER_V4).neighbor(
-            FrrNeighbor::new(node1_v4(), plan::NODE_AS)
-                .families(&[testkit::Family::Ipv4, testkit::Family::Ipv6]),
-        ),
-    )?;
-    let v4 = ["198.51.100.50/32"];
-    let v6 = ["2001:db8:100::50/128"];
-    let speaker = Speaker::start(
-        lab.node(1),
-        spec(
-            plan::ROUTER_V4.into(),
-            plan::NODE_AS,
-            plan::ROUTER_AS,
-            &[v4[0], v6[0]],
-        ),
-    )?;
-    frr.wait_established(node1_v4(), ESTABLISH_TIMEOUT)
-        .with_context(|| speaker.log())?;
-    wait_frr_prefixes(&frr, false, &v4).with_context(|| speaker.log())?;
-    wait_frr_prefixes(&frr, true, &v6).with_context(|| speaker.log())?;
-    let r = frr.route(v6[0])?;
-    ensure!(
-        r.iter()
-            .any(|r| r.nexthops.iter().any(|n| n == &node1_v6().to_string())),
-        "IPv6 next hop should be node-1's IPv6 address on the same interface: {:?}",
-        r.iter().map(|r| &r.raw).collect::<Vec<_>>()
-    );
-    speaker.stop()?;
-    wait_frr_prefixes(&frr, false, &[])?;
-    wait_frr_prefixes(&frr, true, &[])?;
-    Ok(())
+    both_families_one_session(RouterKind::Frr)
 }
 
-/// FRR restarts: we reconnect and send everything again.
 #[test]
-fn peer_restart_reconnect_resend_frr() -> Result<()> {
-    let (_serial, lab) = setup()?;
-    let config = FrrConfig::new("router", plan::ROUTER_AS, plan::ROUTER_V4)
-        .neighbor(FrrNeighbor::new(node1_v4(), plan::NODE_AS));
-    let frr = lab.start_router(&config)?;
-    let speaker = Speaker::start(
-        lab.node(1),
-        spec(
-            plan::ROUTER_V4.into(),
-            plan::NODE_AS,
-            plan::ROUTER_AS,
-            &V4_PREFIXES,
-        ),
-    )?;
-    frr.wait_established(node1_v4(), ESTABLISH_TIMEOUT)
-        .with_context(|| speaker.log())?;
-    wait_frr_prefixes(&frr, false, &V4_PREFIXES)?;
-    frr.stop()?;
-    // testkit keeps a stopped instance's directory (one FRR per namespace
-    // and lab); this lab's router runs no other FRR, so start afresh.
-    std::fs::remove_dir_all(lab.router().state_dir().join("frr"))?;
-    speaker.wait_event("leaving Established", Duration::from_secs(30), |e| {
-        e["event"] == "state_changed" && e["from"] == "Established"
-    })?;
-    let frr = lab.start_router(&config)?;
-    frr.wait_established(node1_v4(), ESTABLISH_TIMEOUT)
-        .with_context(|| speaker.log())?;
-    wait_frr_prefixes(&frr, false, &V4_PREFIXES).with_context(|| speaker.log())?;
-    speaker.stop()?;
-    wait_frr_prefixes(&frr, false, &[])?;
-    Ok(())
+fn both_families_one_session_bird() -> Result<()> {
+    both_families_one_session(RouterKind::Bird)
 }
 
-/// eBGP multihop through the router to FRR in `far` (203.0.113.2): with
-/// TTL 1 the session cannot come up and the error says to set
-/// ebgpMultiHop; with it, the session is Established and routes arrive.
 #[test]
-fn ebgp_multihop_routed_frr() -> Result<()> {
-    let _serial = testkit::serial()?;
-    testkit::preflight()?;
-    let lab = Lab::up(&LabOptions {
-        nodes: 1,
-        far: true,
-    })?;
-    let far = Frr::start(
+fn both_families_one_session_gobgp() -> Result<()> {
+    both_families_one_session(RouterKind::Gobgp)
+}
+
+// ---------------------------------------------------------------- multihop
+
+/// eBGP multihop through the router to a router of `kind` in `far`
+/// (203.0.113.2, AS 64515): with TTL 1 the session cannot come up and the
+/// error says to set ebgpMultiHop; with it, the session is Established and
+/// routes arrive.
+fn ebgp_multihop_routed(kind: RouterKind) -> Result<()> {
+    let (_serial, lab) = setup_lab(true)?;
+    let far = Router::start(
         lab.far(),
-        &FrrConfig::new("far", plan::FAR_AS, plan::FAR_V4)
-            .neighbor(FrrNeighbor::new(node1_v4(), plan::NODE_AS).ebgp_multihop(255)),
+        &RouterConfig::new(kind, "far", plan::FAR_AS, plan::FAR_V4)
+            .neighbor(Neighbor::new(node1_v4(), plan::NODE_AS).multihop(255)),
     )?;
     let prefixes = ["198.51.100.60/32"];
     let direct = Speaker::start(
@@ -668,13 +531,266 @@ fn ebgp_multihop_routed_frr() -> Result<()> {
         !log.contains("\"to\":\"Established\""),
         "TTL 1 came up: {log}"
     );
+    ensure!(
+        !far.established(node1_v4())?,
+        "{} in far came up with TTL 1",
+        kind.name()
+    );
     let mut s = spec(plan::FAR_V4.into(), plan::NODE_AS, plan::FAR_AS, &prefixes);
     s["multihop"] = serde_json::json!(true);
     let speaker = Speaker::start(lab.node(1), s)?;
-    far.wait_established(node1_v4(), ESTABLISH_TIMEOUT)
-        .with_context(|| speaker.log())?;
-    wait_frr_prefixes(&far, false, &prefixes)?;
-    speaker.stop()?;
-    wait_frr_prefixes(&far, false, &[])?;
+    wait_router_established(&far, node1_v4(), &speaker)?;
+    let routes = wait_prefixes(&far, Family::Ipv4, &prefixes)?;
+    ensure_next_hop(&routes, prefixes[0], node1_v4())?;
+    stop_and_wait_withdrawn(speaker, &far, &[Family::Ipv4])?;
     Ok(())
+}
+
+#[test]
+fn ebgp_multihop_routed_frr() -> Result<()> {
+    ebgp_multihop_routed(RouterKind::Frr)
+}
+
+#[test]
+fn ebgp_multihop_routed_bird() -> Result<()> {
+    ebgp_multihop_routed(RouterKind::Bird)
+}
+
+#[test]
+fn ebgp_multihop_routed_gobgp() -> Result<()> {
+    ebgp_multihop_routed(RouterKind::Gobgp)
+}
+
+// ---------------------------------------------------------------- TCP MD5
+
+/// TCP MD5 (RFC 2385), same password on both sides: Established, prefixes
+/// seen, and the password never in our output.
+fn md5_match(kind: RouterKind) -> Result<()> {
+    let (_serial, lab) = setup()?;
+    let at = L2Router::of(kind);
+    let router = lab.start_l2_router(
+        &at.config()
+            .neighbor(Neighbor::new(node1_v4(), plan::NODE_AS).password("interop-key")),
+    )?;
+    let mut s = ebgp_spec(&at, Family::Ipv4, &V4_PREFIXES);
+    s["password"] = serde_json::json!("interop-key");
+    let speaker = Speaker::start(lab.node(1), s)?;
+    wait_router_established(&router, node1_v4(), &speaker)?;
+    speaker.wait_established(Duration::from_secs(10))?;
+    wait_prefixes(&router, Family::Ipv4, &V4_PREFIXES).with_context(|| speaker.log())?;
+    let log = stop_and_wait_withdrawn(speaker, &router, &[Family::Ipv4])?;
+    ensure!(!log.contains("interop-key"), "the password leaked: {log}");
+    Ok(())
+}
+
+#[test]
+fn md5_match_frr() -> Result<()> {
+    md5_match(RouterKind::Frr)
+}
+
+#[test]
+fn md5_match_bird() -> Result<()> {
+    md5_match(RouterKind::Bird)
+}
+
+#[test]
+fn md5_match_gobgp() -> Result<()> {
+    md5_match(RouterKind::Gobgp)
+}
+
+/// TCP MD5 with different passwords: never Established (the kernels drop
+/// the segments signed with the other key), our last error says to check
+/// the password without showing it, and the router is not Established
+/// either.
+fn md5_mismatch(kind: RouterKind) -> Result<()> {
+    let (_serial, lab) = setup()?;
+    let at = L2Router::of(kind);
+    let router = lab.start_l2_router(
+        &at.config()
+            .neighbor(Neighbor::new(node1_v4(), plan::NODE_AS).password("router-side-key")),
+    )?;
+    let mut s = ebgp_spec(&at, Family::Ipv4, &V4_PREFIXES);
+    s["password"] = serde_json::json!("our-side-key");
+    let speaker = Speaker::start(lab.node(1), s)?;
+    speaker.wait_event("MD5 hint", Duration::from_secs(30), |e| {
+        e["event"] == "error"
+            && e["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("TCP MD5 is configured"))
+    })?;
+    // Give the session a few more attempts to (wrongly) come up.
+    std::thread::sleep(Duration::from_secs(5));
+    let state = router.state(node1_v4())?;
+    ensure!(
+        !state
+            .as_deref()
+            .is_some_and(|s| s.eq_ignore_ascii_case("established")),
+        "{} came up with a mismatched password",
+        kind.name()
+    );
+    let last_error = speaker.last_error();
+    ensure!(
+        last_error
+            .as_deref()
+            .is_some_and(|t| t.contains("check the password")),
+        "last error: {last_error:?}; log:\n{}",
+        speaker.log()
+    );
+    let log = speaker.stop()?;
+    ensure!(!log.contains("our-side-key"), "the password leaked: {log}");
+    ensure!(
+        !log.contains("\"to\":\"Established\""),
+        "came up with a mismatched password"
+    );
+    Ok(())
+}
+
+#[test]
+fn md5_mismatch_frr() -> Result<()> {
+    md5_mismatch(RouterKind::Frr)
+}
+
+#[test]
+fn md5_mismatch_bird() -> Result<()> {
+    md5_mismatch(RouterKind::Bird)
+}
+
+#[test]
+fn md5_mismatch_gobgp() -> Result<()> {
+    md5_mismatch(RouterKind::Gobgp)
+}
+
+// ---------------------------------------------------------------- hold timer
+
+/// Hold time 9 s on both sides and a silent cut at the switch: the router
+/// drops the session when its hold timer expires (not before, and within
+/// the hold time plus a margin for a loaded machine) and says so in its
+/// log; our side leaves Established with Hold Timer Expired too.
+fn hold_expiry_after_silent_cut(kind: RouterKind) -> Result<()> {
+    let (_serial, lab) = setup()?;
+    let at = L2Router::of(kind);
+    let router = lab.start_l2_router(
+        &at.config()
+            .neighbor(Neighbor::new(node1_v4(), plan::NODE_AS).hold_time(9)),
+    )?;
+    let mut s = ebgp_spec(&at, Family::Ipv4, &["198.51.100.20/32"]);
+    s["hold_time"] = serde_json::json!(9);
+    let speaker = Speaker::start(lab.node(1), s)?;
+    wait_router_established(&router, node1_v4(), &speaker)?;
+    speaker.wait_established(Duration::from_secs(10))?;
+    speaker.wait_event("hold time 9", Duration::from_secs(5), |e| {
+        e["event"] == "negotiated" && e["hold_time"] == 9
+    })?;
+    wait_prefixes(&router, Family::Ipv4, &["198.51.100.20/32"])?;
+    let cut = lab.cut_cable(&plan::node_name(1))?;
+    let t0 = Instant::now();
+    // 9 s hold plus a margin for a loaded 2-core machine.
+    let margin = Duration::from_secs(9 + 20);
+    wait_until(margin, Duration::from_millis(250), || {
+        match router.established(node1_v4()) {
+            Ok(false) => Ok(()),
+            Ok(true) => Err("still established".to_string()),
+            Err(e) => Err(format!("{e:#}")),
+        }
+    })
+    .map_err(anyhow::Error::from)
+    .with_context(|| router.logs(20))?;
+    let router_down = t0.elapsed();
+    // The last keepalive arrived at most 3 s before the cut.
+    ensure!(
+        router_down >= Duration::from_secs(5),
+        "{} dropped the session {router_down:?} after the cut, before its hold time",
+        kind.name()
+    );
+    speaker.wait_left_established(margin)?;
+    let ours_down = t0.elapsed();
+    ensure!(
+        ours_down < margin + Duration::from_secs(2),
+        "our side took {ours_down:?}"
+    );
+    println!(
+        "hold expiry: {} down after {router_down:?}, ours after {ours_down:?}",
+        kind.name()
+    );
+    let router_log = router.logs(200);
+    ensure!(
+        router_log
+            .to_ascii_lowercase()
+            .contains("hold timer expired"),
+        "{} does not say its hold timer expired:\n{router_log}",
+        kind.name()
+    );
+    ensure!(
+        speaker.log().contains("Hold Timer Expired"),
+        "our last error should be the hold timer: {}",
+        speaker.log()
+    );
+    cut.restore()?;
+    speaker.stop()?;
+    Ok(())
+}
+
+#[test]
+fn hold_expiry_after_silent_cut_frr() -> Result<()> {
+    hold_expiry_after_silent_cut(RouterKind::Frr)
+}
+
+#[test]
+fn hold_expiry_after_silent_cut_bird() -> Result<()> {
+    hold_expiry_after_silent_cut(RouterKind::Bird)
+}
+
+#[test]
+fn hold_expiry_after_silent_cut_gobgp() -> Result<()> {
+    hold_expiry_after_silent_cut(RouterKind::Gobgp)
+}
+
+// ---------------------------------------------------------------- peer restart
+
+/// The router restarts (a fresh daemon, empty tables): we notice, reconnect
+/// and send everything again.
+fn peer_restart_reconnect_resend(kind: RouterKind) -> Result<()> {
+    let (_serial, lab) = setup()?;
+    let at = L2Router::of(kind);
+    let config = at
+        .config()
+        .neighbor(Neighbor::new(node1_v4(), plan::NODE_AS));
+    let router = lab.start_l2_router(&config)?;
+    let speaker = Speaker::start(lab.node(1), ebgp_spec(&at, Family::Ipv4, &V4_PREFIXES))?;
+    wait_router_established(&router, node1_v4(), &speaker)?;
+    wait_prefixes(&router, Family::Ipv4, &V4_PREFIXES)?;
+    let router = router.restart(&config)?;
+    speaker.wait_left_established(Duration::from_secs(30))?;
+    wait_router_established(&router, node1_v4(), &speaker)?;
+    wait_prefixes(&router, Family::Ipv4, &V4_PREFIXES).with_context(|| speaker.log())?;
+    wait_until(Duration::from_secs(10), Duration::from_millis(100), || {
+        let n = speaker
+            .events()
+            .iter()
+            .filter(|e| e["event"] == "state_changed" && e["to"] == "Established")
+            .count();
+        if n >= 2 {
+            Ok(())
+        } else {
+            Err(format!("{n} sessions"))
+        }
+    })
+    .map_err(|e| anyhow::anyhow!("{e}: no second session; log:\n{}", speaker.log()))?;
+    stop_and_wait_withdrawn(speaker, &router, &[Family::Ipv4])?;
+    Ok(())
+}
+
+#[test]
+fn peer_restart_reconnect_resend_frr() -> Result<()> {
+    peer_restart_reconnect_resend(RouterKind::Frr)
+}
+
+#[test]
+fn peer_restart_reconnect_resend_bird() -> Result<()> {
+    peer_restart_reconnect_resend(RouterKind::Bird)
+}
+
+#[test]
+fn peer_restart_reconnect_resend_gobgp() -> Result<()> {
+    peer_restart_reconnect_resend(RouterKind::Gobgp)
 }

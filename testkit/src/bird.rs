@@ -21,6 +21,10 @@ pub struct BirdNeighbor {
     pub addr: IpAddr,
     pub remote_as: u32,
     pub multihop: Option<u8>,
+    /// `direct`: on a connected network, next hops resolved on its
+    /// interface (BIRD's default for eBGP; iBGP otherwise resolves them
+    /// through an IGP table the kit's config does not fill).
+    pub direct: bool,
     pub password: Option<String>,
     pub bfd: bool,
     pub passive: bool,
@@ -37,6 +41,7 @@ impl BirdNeighbor {
             addr,
             remote_as,
             multihop: None,
+            direct: false,
             password: None,
             bfd: false,
             passive: false,
@@ -47,6 +52,11 @@ impl BirdNeighbor {
 
     pub fn multihop(mut self, ttl: u8) -> Self {
         self.multihop = Some(ttl);
+        self
+    }
+
+    pub fn direct(mut self) -> Self {
+        self.direct = true;
         self
     }
 
@@ -163,6 +173,9 @@ impl BirdConfig {
             let _ = writeln!(s, "  neighbor {} as {};", n.addr, n.remote_as);
             if let Some(t) = n.multihop {
                 let _ = writeln!(s, "  multihop {t};");
+            }
+            if n.direct {
+                let _ = writeln!(s, "  direct;");
             }
             if let Some(p) = &n.password {
                 let _ = writeln!(s, "  password \"{p}\";");

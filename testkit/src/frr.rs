@@ -272,6 +272,8 @@ impl FrrConfig {
         }
         let _ = writeln!(s, "router bgp {}", self.asn);
         let _ = writeln!(s, " bgp router-id {}", self.router_id);
+        // Session ups and downs, with the reason, in bgpd.log.
+        let _ = writeln!(s, " bgp log-neighbor-changes");
         let _ = writeln!(s, " no bgp ebgp-requires-policy");
         let _ = writeln!(s, " no bgp default ipv4-unicast");
         let _ = writeln!(s, " no bgp network import-check");

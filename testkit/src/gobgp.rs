@@ -170,6 +170,8 @@ pub struct GobgpRoute {
     pub best: bool,
     pub nexthop: Option<String>,
     pub as_path: Vec<u32>,
+    /// LOCAL_PREF (iBGP paths).
+    pub local_pref: Option<u32>,
     /// The neighbor it came from (absent for local routes).
     pub neighbor: Option<String>,
     pub raw: Value,
@@ -217,6 +219,7 @@ pub fn parse_rib(v: &Value) -> Vec<GobgpRoute> {
         for p in paths.as_array().into_iter().flatten() {
             let mut nexthop = None;
             let mut as_path = Vec::new();
+            let mut local_pref = None;
             for a in p["attrs"].as_array().into_iter().flatten() {
                 match a["type"].as_u64() {
                     Some(2) => {
@@ -233,6 +236,7 @@ pub fn parse_rib(v: &Value) -> Vec<GobgpRoute> {
                             nexthop = Some(n.to_string());
                         }
                     }
+                    Some(5) => local_pref = a["value"].as_u64().and_then(|l| u32::try_from(l).ok()),
                     _ => {}
                 }
             }
@@ -241,6 +245,7 @@ pub fn parse_rib(v: &Value) -> Vec<GobgpRoute> {
                 best: p["best"].as_bool().unwrap_or(false),
                 nexthop,
                 as_path,
+                local_pref,
                 neighbor: p["neighbor-ip"]
                     .as_str()
                     .filter(|s| !s.is_empty() && *s != "<nil>")
@@ -431,7 +436,7 @@ mod tests {
         assert_eq!(n[0].state, "established");
         assert_eq!(n[0].peer_as, Some(64512));
         let r: Value = serde_json::from_str(
-            r#"{"198.51.100.30/32":[{"nlri":{"prefix":"198.51.100.30/32"},"best":true,"attrs":[{"type":1,"value":0},{"type":2,"as_paths":[{"segment_type":2,"num":1,"asns":[64512]}]},{"type":3,"nexthop":"192.0.2.1"}],"neighbor-ip":"192.0.2.1"}]}"#,
+            r#"{"198.51.100.30/32":[{"nlri":{"prefix":"198.51.100.30/32"},"best":true,"attrs":[{"type":1,"value":0},{"type":2,"as_paths":[{"segment_type":2,"num":1,"asns":[64512]}]},{"type":3,"nexthop":"192.0.2.1"},{"type":5,"value":250}],"neighbor-ip":"192.0.2.1"}]}"#,
         )
         .unwrap();
         let r = parse_rib(&r);
@@ -439,6 +444,7 @@ mod tests {
         assert!(r[0].best);
         assert_eq!(r[0].as_path, vec![64512]);
         assert_eq!(r[0].nexthop.as_deref(), Some("192.0.2.1"));
+        assert_eq!(r[0].local_pref, Some(250));
         assert_eq!(r[0].neighbor.as_deref(), Some("192.0.2.1"));
     }
 

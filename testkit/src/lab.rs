@@ -15,27 +15,21 @@
 //! router; every L2 namespace but the router reaches the routed segment via
 //! 192.0.2.1 / 2001:db8:0:1::1.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::bird::{Bird, BirdConfig, BirdNeighbor};
+use anyhow::ensure;
+
 use crate::cut::Cut;
 use crate::frr::{Frr, FrrConfig};
-use crate::gobgp::{Gobgp, GobgpConfig, GobgpPeer};
 use crate::netns::Netns;
+use crate::router::{Neighbor, Router, RouterConfig, RouterKind};
 use crate::topology::{Topology, TopologySpec};
-use crate::{Result, plan};
+use crate::{Family, Result, plan};
 
 /// Name of the L2 segment in the lab topology.
 pub const L2: &str = "l2";
 /// Name of the routed router<->far link in the lab topology.
 pub const ROUTED: &str = "routed";
-
-/// Which daemon runs in `router2`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Router2Kind {
-    Bird,
-    Gobgp,
-}
 
 /// Options of the default lab.
 #[derive(Clone, Debug)]
@@ -62,48 +56,50 @@ pub struct Lab {
     nodes: usize,
 }
 
-/// The running daemon in `router2`.
-#[derive(Debug)]
-pub enum Router2 {
-    Bird(Bird),
-    Gobgp(Gobgp),
+/// Where the plan puts a router of each kind on the L2 segment: FRR is
+/// `router` (AS 64512, 192.0.2.1, 2001:db8:0:1::1), BIRD and GoBGP are
+/// `router2` (AS 64514, 192.0.2.2, 2001:db8:0:1::2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct L2Router {
+    pub kind: RouterKind,
+    /// The namespace's short name.
+    pub ns: &'static str,
+    pub asn: u32,
+    pub v4: Ipv4Addr,
+    pub v6: Ipv6Addr,
 }
 
-impl Router2 {
-    pub fn kind(&self) -> Router2Kind {
-        match self {
-            Router2::Bird(_) => Router2Kind::Bird,
-            Router2::Gobgp(_) => Router2Kind::Gobgp,
+impl L2Router {
+    pub fn of(kind: RouterKind) -> L2Router {
+        match kind {
+            RouterKind::Frr => L2Router {
+                kind,
+                ns: "router",
+                asn: plan::ROUTER_AS,
+                v4: plan::ROUTER_V4,
+                v6: plan::ROUTER_V6,
+            },
+            RouterKind::Bird | RouterKind::Gobgp => L2Router {
+                kind,
+                ns: "router2",
+                asn: plan::ROUTER2_AS,
+                v4: plan::ROUTER2_V4,
+                v6: plan::ROUTER2_V6,
+            },
         }
     }
 
-    /// Whether the BGP session with `addr` is established.
-    pub fn established(&self, addr: IpAddr) -> Result<bool> {
-        Ok(match self {
-            Router2::Bird(b) => b.bgp_state(addr)?.as_deref() == Some("Established"),
-            Router2::Gobgp(g) => g.neighbor_state(addr)?.as_deref() == Some("established"),
-        })
+    /// Its address of `family` on the L2 segment.
+    pub fn addr(&self, family: Family) -> IpAddr {
+        match family {
+            Family::Ipv4 => self.v4.into(),
+            Family::Ipv6 => self.v6.into(),
+        }
     }
 
-    /// Prefixes in the daemon's IPv4 or IPv6 table.
-    pub fn prefixes(&self, family: crate::Family) -> Result<Vec<String>> {
-        let mut r: Vec<String> = match (self, family) {
-            (Router2::Bird(b), f) => b
-                .routes()?
-                .into_iter()
-                .filter(|r| r.prefix.contains(':') == (f == crate::Family::Ipv6))
-                .map(|r| r.prefix)
-                .collect(),
-            (Router2::Gobgp(g), crate::Family::Ipv4) => {
-                g.rib_v4()?.into_iter().map(|r| r.prefix).collect()
-            }
-            (Router2::Gobgp(g), crate::Family::Ipv6) => {
-                g.rib_v6()?.into_iter().map(|r| r.prefix).collect()
-            }
-        };
-        r.sort();
-        r.dedup();
-        Ok(r)
+    /// Its config without neighbors (router id: its IPv4 address).
+    pub fn config(&self) -> RouterConfig {
+        RouterConfig::new(self.kind, self.ns, self.asn, self.v4)
     }
 }
 
@@ -251,32 +247,28 @@ impl Lab {
     /// peering with `peers` (address, AS) and announcing `announce`.
     pub fn start_router2(
         &self,
-        kind: Router2Kind,
+        kind: RouterKind,
         peers: &[(IpAddr, u32)],
         announce: &[&str],
-    ) -> Result<Router2> {
-        Ok(match kind {
-            Router2Kind::Bird => {
-                let mut c = BirdConfig::new(plan::ROUTER2_AS, plan::ROUTER2_V4);
-                for (i, (addr, asn)) in peers.iter().enumerate() {
-                    c = c.neighbor(BirdNeighbor::new(&format!("peer{i}"), *addr, *asn));
-                }
-                for p in announce {
-                    c = c.announce(p);
-                }
-                Router2::Bird(Bird::start(self.router2(), &c)?)
-            }
-            Router2Kind::Gobgp => {
-                let mut c = GobgpConfig::new(plan::ROUTER2_AS, plan::ROUTER2_V4);
-                for (addr, asn) in peers {
-                    c = c.peer(GobgpPeer::new(*addr, *asn));
-                }
-                for p in announce {
-                    c = c.announce(p);
-                }
-                Router2::Gobgp(Gobgp::start(self.router2(), &c)?)
-            }
-        })
+    ) -> Result<Router> {
+        ensure!(
+            kind != RouterKind::Frr,
+            "router2 runs BIRD or GoBGP; FRR is `router` (start_router)"
+        );
+        let mut c = L2Router::of(kind).config();
+        for (addr, asn) in peers {
+            c = c.neighbor(Neighbor::new(*addr, *asn));
+        }
+        for p in announce {
+            c = c.announce(p);
+        }
+        self.start_l2_router(&c)
+    }
+
+    /// Starts `config` where the plan puts its kind of router on the L2
+    /// segment ([`L2Router`]).
+    pub fn start_l2_router(&self, config: &RouterConfig) -> Result<Router> {
+        Router::start(self.ns(L2Router::of(config.kind).ns), config)
     }
 
     /// Silently cuts `ns`'s cable at the switch (see

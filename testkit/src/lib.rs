@@ -35,6 +35,7 @@ pub mod netns;
 pub mod plan;
 pub mod preflight;
 pub mod process;
+pub mod router;
 pub mod topology;
 pub mod wait;
 
@@ -44,11 +45,12 @@ pub use cleanup::cleanup_stale;
 pub use cut::Cut;
 pub use frr::{BfdPeer, BfdProfile, BgpNeighbor, BgpRoute, Frr, FrrConfig, FrrDaemon, FrrNeighbor};
 pub use gobgp::{Gobgp, GobgpConfig, GobgpNeighbor, GobgpPeer, GobgpRoute};
-pub use lab::{Lab, LabOptions, Router2, Router2Kind};
+pub use lab::{L2Router, Lab, LabOptions};
 pub use lock::{SerialGuard, serial};
 pub use netns::{NeighEntry, Netns};
 pub use preflight::{preflight, require_root};
 pub use process::{AsyncNsChild, NsChild};
+pub use router::{Neighbor, Route, Router, RouterConfig, RouterKind};
 pub use topology::{MdbEntry, Topology, TopologySpec};
 pub use wait::{WaitTimeout, wait_until, wait_until_async};
 

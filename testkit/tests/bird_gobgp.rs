@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use testkit::{Family, Frr, FrrConfig, FrrNeighbor, Lab, LabOptions, Router2, Router2Kind, plan};
+use testkit::{Family, Frr, FrrConfig, FrrNeighbor, Lab, LabOptions, Router, RouterKind, plan};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -51,11 +51,11 @@ fn bird_establishes_with_frr() -> Result<()> {
     let lab = Lab::up(&LabOptions::default())?;
     let frr = start_frr(&lab)?;
     let r2 = lab.start_router2(
-        Router2Kind::Bird,
+        RouterKind::Bird,
         &peers(),
         &["198.51.100.10/32", "2001:db8:100::10/128"],
     )?;
-    let Router2::Bird(bird) = &r2 else {
+    let Router::Bird(bird) = &r2 else {
         unreachable!()
     };
     bird.wait_established(plan::ROUTER_V4.into(), TIMEOUT)
@@ -104,11 +104,11 @@ fn gobgp_establishes_with_frr() -> Result<()> {
     let lab = Lab::up(&LabOptions::default())?;
     let frr = start_frr(&lab)?;
     let r2 = lab.start_router2(
-        Router2Kind::Gobgp,
+        RouterKind::Gobgp,
         &peers(),
         &["198.51.100.20/32", "2001:db8:100::20/128"],
     )?;
-    let Router2::Gobgp(gobgp) = &r2 else {
+    let Router::Gobgp(gobgp) = &r2 else {
         unreachable!()
     };
     gobgp

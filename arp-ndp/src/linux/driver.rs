@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -124,6 +125,7 @@ pub struct L2Handle {
     state: Arc<Mutex<L2State>>,
     events: broadcast::Sender<RequestEvent>,
     gratuitous: broadcast::Sender<GratuitousEvent>,
+    netlink_overflows: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Command {
@@ -179,6 +181,13 @@ impl L2Handle {
     pub fn subscribe_gratuitous(&self) -> broadcast::Receiver<GratuitousEvent> {
         self.gratuitous.subscribe()
     }
+
+    /// How many times the rtnetlink notification socket overflowed (the
+    /// kernel dropped link or address notifications); each one made the
+    /// driver re-dump links and addresses.
+    pub fn netlink_overflows(&self) -> u64 {
+        self.netlink_overflows.load(Ordering::Relaxed)
+    }
 }
 
 struct IfSockets {
@@ -216,6 +225,7 @@ pub async fn start(
     cfg: DriverConfig,
 ) -> Result<(L2Handle, JoinHandle<Result<(), DriverError>>), DriverError> {
     let watcher = InterfaceWatcher::start().await?;
+    let netlink_overflows = watcher.overflow_counter();
     let mut state = L2State::new(cfg.announce);
     if let Some(m) = cfg.metrics {
         state = state.with_metrics(m);
@@ -243,6 +253,7 @@ pub async fn start(
         state,
         events,
         gratuitous,
+        netlink_overflows,
     };
     Ok((handle, tokio::spawn(d.run())))
 }

@@ -15,6 +15,9 @@ pub use driver::{
     start,
 };
 pub use membership::Memberships;
-pub use netlink::{InterfaceWatcher, LinkTable, NetlinkError};
+pub use netlink::{
+    InterfaceWatcher, LinkChange, LinkTable, NetlinkError, Notification, WatchOptions, WatchState,
+    classify,
+};
 pub use probe::{ProbeError, probe};
 pub use socket::{PacketSocket, Protocol};

@@ -1,6 +1,7 @@
 //! Wire codecs: Ethernet II, ARP (RFC 826) and the two ICMPv6 neighbour
 //! discovery messages we need (RFC 4861 Neighbor Solicitation and Neighbor
-//! Advertisement), with the IPv6 header they ride in.
+//! Advertisement), with the IPv6 header they ride in and the extension
+//! headers that may come before them ([`upper_layer`]).
 //!
 //! Decoders take a byte slice, never panic, never allocate, and ignore
 //! trailing bytes beyond what the headers say (Ethernet pads short frames
@@ -19,12 +20,17 @@
 
 mod arp;
 mod ethernet;
+mod ext;
 mod ndp;
 
 pub use arp::{ARP_FRAME_LEN, ARP_LEN, ArpFrame, ArpOp, ArpPacket};
 pub use ethernet::{
     ETH_HEADER_LEN, ETHERTYPE_ARP, ETHERTYPE_IPV6, ETHERTYPE_QINQ, ETHERTYPE_VLAN,
     ETHERTYPE_VLAN_9100, EthernetHeader, MacAddr, ParseMacError, is_vlan_ethertype,
+};
+pub use ext::{
+    IPPROTO_DSTOPTS, IPPROTO_FRAGMENT, IPPROTO_HOPOPTS, IPPROTO_ROUTING, MAX_EXTENSION_HEADERS,
+    is_walked_extension_header, upper_layer,
 };
 pub use ndp::{
     ALL_NODES, ICMPV6_NEIGHBOR_ADVERTISEMENT, ICMPV6_NEIGHBOR_SOLICITATION, IPPROTO_ICMPV6,
@@ -71,9 +77,27 @@ pub enum DecodeError {
     /// The IPv6 payload length runs past the end of the frame.
     #[error("IPv6 payload length {declared} exceeds the {available} bytes present")]
     Ipv6PayloadLength { declared: usize, available: usize },
-    /// Next header is not ICMPv6 (extension headers are not followed).
+    /// The upper-layer protocol (after any extension headers) is not
+    /// ICMPv6.
     #[error("IPv6 next header {0} is not ICMPv6")]
     NextHeader(u8),
+    /// A Fragment header: neighbour discovery messages must not be
+    /// fragmented (RFC 6980), and we do not reassemble.
+    #[error("IPv6 Fragment header")]
+    Fragmented,
+    /// More extension headers than [`MAX_EXTENSION_HEADERS`].
+    #[error("more than {0} IPv6 extension headers")]
+    TooManyExtensionHeaders(usize),
+    /// A Hop-by-Hop Options header not directly after the fixed header.
+    #[error("IPv6 Hop-by-Hop Options header not first")]
+    HopByHopNotFirst,
+    /// A Routing header with segments left: not for us yet.
+    #[error("IPv6 Routing header with {0} segments left")]
+    RoutingSegmentsLeft(u8),
+    /// An option we do not know whose type says to discard the packet
+    /// (RFC 8200 4.2).
+    #[error("unrecognised IPv6 option {option:#04x} in extension header {header}")]
+    UnrecognizedOption { header: u8, option: u8 },
     /// ICMPv6 type other than the one asked for.
     #[error("ICMPv6 type {0} is not the expected message")]
     Icmpv6Type(u8),

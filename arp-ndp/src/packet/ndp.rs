@@ -8,6 +8,10 @@
 //! NA  (24 + options) | type=136 | code=0 | checksum | R S O + 29 reserved   | target (16) | options... |
 //! LLA option (8)     | type=1 (source) or 2 (target) | length=1 (units of 8 octets) | MAC (6) |
 //! ```
+//!
+//! Between the IPv6 header and the ICMPv6 message there may be extension
+//! headers (next header 0, 43 or 60 instead of 58); the decoders walk them
+//! with [`upper_layer`].
 
 use std::net::Ipv6Addr;
 
@@ -15,6 +19,7 @@ use thiserror::Error;
 
 use super::DecodeError;
 use super::ethernet::{ETH_HEADER_LEN, ETHERTYPE_IPV6, EthernetHeader, MacAddr};
+use super::ext::upper_layer;
 
 /// IPv6 fixed header length.
 pub const IPV6_HEADER_LEN: usize = 40;
@@ -104,8 +109,9 @@ pub fn icmpv6_checksum_ok(src: Ipv6Addr, dst: Ipv6Addr, msg: &[u8]) -> bool {
     icmpv6_checksum(src, dst, msg) == 0
 }
 
-/// The IPv6 fixed header (extension headers are not supported: ND messages
-/// carry none in practice, and RFC 4861 receivers may drop them).
+/// The IPv6 fixed header. `next_header` is the fixed header's own: the ND
+/// decoders walk any extension headers after it with
+/// [`upper_layer`](super::upper_layer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ipv6Header {
     pub traffic_class: u8,
@@ -205,6 +211,18 @@ fn nd_frame(
     .encode_into(&mut out);
     out.extend_from_slice(&icmp);
     out
+}
+
+/// Ethernet, IPv6 and any extension headers ([`upper_layer`]) down to an
+/// ICMPv6 message (not yet checked).
+fn decode_icmpv6(frame: &[u8]) -> Result<(EthernetHeader, Ipv6Header, &[u8]), DecodeError> {
+    let (eth, payload) = EthernetHeader::decode_expect(frame, ETHERTYPE_IPV6)?;
+    let (ip, payload) = Ipv6Header::decode(payload)?;
+    let (proto, icmp) = upper_layer(ip.next_header, payload)?;
+    if proto != IPPROTO_ICMPV6 {
+        return Err(DecodeError::NextHeader(proto));
+    }
+    Ok((eth, ip, icmp))
 }
 
 /// Why a received Neighbor Solicitation is not valid (RFC 4861 7.1.1), or
@@ -351,16 +369,14 @@ impl ReceivedNs {
     /// Decodes an Ethernet frame and applies every RFC 4861 7.1.1 check:
     /// hop limit 255, checksum, code 0, ICMP length >= 24, target not
     /// multicast, every option's length > 0, and for an unspecified source
-    /// a solicited-node destination and no source link-layer option. Not
-    /// being a solicitation at all is reported as
-    /// [`NsInvalid::Decode`] with [`DecodeError::NextHeader`] or
-    /// [`DecodeError::Icmpv6Type`].
+    /// a solicited-node destination and no source link-layer option.
+    /// Extension headers before the ICMPv6 message are walked
+    /// ([`upper_layer`]): Hop-by-Hop, Destination Options and a spent
+    /// Routing header are fine, a Fragment header is not (RFC 6980). Not
+    /// being a solicitation at all is reported as [`NsInvalid::Decode`]
+    /// with [`DecodeError::NextHeader`] or [`DecodeError::Icmpv6Type`].
     pub fn decode(frame: &[u8]) -> Result<ReceivedNs, NsInvalid> {
-        let (eth, payload) = EthernetHeader::decode_expect(frame, ETHERTYPE_IPV6)?;
-        let (ip, icmp) = Ipv6Header::decode(payload)?;
-        if ip.next_header != IPPROTO_ICMPV6 {
-            return Err(DecodeError::NextHeader(ip.next_header).into());
-        }
+        let (eth, ip, icmp) = decode_icmpv6(frame)?;
         let Some(&kind) = icmp.first() else {
             return Err(DecodeError::Truncated {
                 what: "ICMPv6 message",
@@ -490,16 +506,12 @@ impl NeighborAdvertisement {
         })
     }
 
-    /// Decodes a whole frame carrying an NA, checking hop limit 255 and the
-    /// checksum as well.
+    /// Decodes a whole frame carrying an NA (extension headers walked as for
+    /// a solicitation), checking hop limit 255 and the checksum as well.
     pub fn decode_frame(
         frame: &[u8],
     ) -> Result<(EthernetHeader, Ipv6Header, NeighborAdvertisement), NsInvalid> {
-        let (eth, payload) = EthernetHeader::decode_expect(frame, ETHERTYPE_IPV6)?;
-        let (ip, icmp) = Ipv6Header::decode(payload)?;
-        if ip.next_header != IPPROTO_ICMPV6 {
-            return Err(DecodeError::NextHeader(ip.next_header).into());
-        }
+        let (eth, ip, icmp) = decode_icmpv6(frame)?;
         let na = Self::decode_icmp(icmp)?;
         if ip.hop_limit != ND_HOP_LIMIT {
             return Err(NsInvalid::HopLimit(ip.hop_limit));

@@ -47,3 +47,32 @@ pub fn iface(name: &str, index: u32, mac: MacAddr) -> Interface {
 pub fn eth0() -> Interface {
     iface("eth0", 2, OUR_MAC)
 }
+
+/// `frame` (Ethernet + IPv6 fixed header + upper layer) with IPv6
+/// extension headers inserted after the fixed header: each
+/// `(type, bytes from Hdr Ext Len on)`, the next header fields chained,
+/// the payload length adjusted. The ICMPv6 checksum does not cover
+/// extension headers, so it stays right.
+pub fn with_ext_headers(frame: &[u8], headers: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    let upper = frame[20];
+    let mut out = frame[..54].to_vec();
+    let mut added = 0usize;
+    for (i, (kind, body)) in headers.iter().enumerate() {
+        if i == 0 {
+            out[20] = *kind;
+        }
+        out.push(headers.get(i + 1).map_or(upper, |h| h.0));
+        out.extend_from_slice(body);
+        added += 1 + body.len();
+    }
+    out.extend_from_slice(&frame[54..]);
+    let len = usize::from(u16::from_be_bytes([out[18], out[19]])) + added;
+    out[18..20].copy_from_slice(&u16::try_from(len).unwrap().to_be_bytes());
+    out
+}
+
+/// An 8-byte Hop-by-Hop or Destination Options body (after the next
+/// header byte): Hdr Ext Len 0, one PadN option of four zero bytes.
+pub fn padn_body() -> Vec<u8> {
+    vec![0, 1, 4, 0, 0, 0, 0]
+}

@@ -20,7 +20,8 @@ use tokio::sync::{mpsc, watch};
 
 use super::stats::Shared;
 use super::{Acquired, BATCH_SLACK_NS, BfdEvent, Command, Error, sys};
-use crate::packet::{ControlPacket, MAX_PACKET_LEN};
+use crate::metrics::{self, Sample};
+use crate::packet::{ControlPacket, MAX_PACKET_LEN, State};
 use crate::params::Parameters;
 use crate::path::{CONTROL_PORT_MULTI_HOP, CONTROL_PORT_SINGLE_HOP, Hop, SessionKey};
 use crate::registry::{ClientId, Registry, RxMeta};
@@ -53,6 +54,11 @@ struct SessionIo {
     key: SessionKey,
     socket: Option<UdpSocket>,
     status: watch::Sender<SessionStatus>,
+    /// Control packets the kernel took (`sendto` succeeded).
+    control_sent: u64,
+    /// Metric labels, made once.
+    peer_label: Arc<str>,
+    vrf_label: Arc<str>,
 }
 
 struct EventLoop {
@@ -265,8 +271,13 @@ impl EventLoop {
                 Err(std_mpsc::TryRecvError::Disconnected) => return false,
             };
             match command {
-                Command::Acquire { key, params, reply } => {
-                    let result = self.acquire(key, params);
+                Command::Acquire {
+                    key,
+                    params,
+                    vrf,
+                    reply,
+                } => {
+                    let result = self.acquire(key, params, vrf.as_deref());
                     let _ = reply.send(result);
                 }
                 Command::Release { client, reply } => {
@@ -282,12 +293,21 @@ impl EventLoop {
                     let _ = reply.send(result);
                 }
                 Command::Subscribe(tx) => self.subscribers.push(tx),
+                Command::MetricSamples(reply) => {
+                    // The scraper may have given up: nothing to do then.
+                    let _ = reply.try_send(self.metric_samples());
+                }
                 Command::Shutdown => return false,
             }
         }
     }
 
-    fn acquire(&mut self, key: SessionKey, params: Parameters) -> Result<Acquired, Error> {
+    fn acquire(
+        &mut self,
+        key: SessionKey,
+        params: Parameters,
+        vrf: Option<&str>,
+    ) -> Result<Acquired, Error> {
         if params.echo_mode {
             return Err(Error::EchoUnsupported);
         }
@@ -306,9 +326,12 @@ impl EventLoop {
             self.sessions.insert(
                 discriminator,
                 SessionIo {
+                    peer_label: metrics::peer_label(key.remote).into(),
+                    vrf_label: metrics::vrf_label(vrf).into(),
                     key,
                     socket: None,
                     status: tx,
+                    control_sent: 0,
                 },
             );
             self.shared
@@ -345,6 +368,29 @@ impl EventLoop {
                 .store(self.sessions.len() as u64, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// Every session's counters, for a scrape: copies of what the sessions
+    /// and the send path already count.
+    fn metric_samples(&self) -> Vec<Sample> {
+        self.sessions
+            .iter()
+            .filter_map(|(&discriminator, io)| {
+                let session = self.registry.session(discriminator)?;
+                let c = session.counters();
+                Some(Sample {
+                    peer: Arc::clone(&io.peer_label),
+                    vrf: Arc::clone(&io.vrf_label),
+                    up: session.state() == State::Up,
+                    control_in: c.control_in,
+                    control_out: io.control_sent,
+                    echo_in: c.echo_in,
+                    echo_out: c.echo_out,
+                    up_events: c.up_events,
+                    down_events: c.down_events,
+                })
+            })
+            .collect()
     }
 
     fn set_parameters(&mut self, client: ClientId, params: Parameters) -> Result<(), Error> {
@@ -475,7 +521,10 @@ impl EventLoop {
         let to = SocketAddr::new(io.key.remote, io.key.hop.control_port());
         let socket = io.socket.as_ref().expect("opened above");
         match socket.send_to(&buf[..len], to) {
-            Ok(_) => Shared::bump(&self.shared.control_tx),
+            Ok(_) => {
+                io.control_sent += 1;
+                Shared::bump(&self.shared.control_tx);
+            }
             Err(e) => {
                 Shared::bump(&self.shared.tx_errors);
                 // A queue full is transient; anything else (the address or
