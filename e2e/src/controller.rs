@@ -168,9 +168,11 @@ impl ControllerSetup {
             "127.0.0.1",
             "--lb-class",
             &self.lb_class,
-            "--port",
-            "0",
         ];
+        if !extra.contains(&"--port") {
+            // No metrics server unless the test asks for one.
+            args.extend_from_slice(&["--port", "0"]);
+        }
         args.extend_from_slice(extra);
         let kubeconfig = self.kubeconfig.to_str().context("kubeconfig path")?;
         let mut process = Process::spawn(

@@ -24,12 +24,14 @@
 //!   process with the deployed RBAC, isolated from other tests by namespace and
 //!   `--lb-class`.
 //!
-//! Not here yet: starting and stopping one speaker per node namespace (the speaker binary
-//! does not exist yet).
+//! - [`Lab::node_network`] / [`NodeNetwork::spawn`]: the node namespaces of the test kit,
+//!   each relaying 127.0.0.1:<API port> to the lab's API server, and a process per node
+//!   (how the speaker will run, one per node, once it exists).
 
 mod audit;
 pub mod controller;
 mod lab;
+pub mod nodes;
 pub mod process;
 mod services;
 mod tokens;
@@ -38,6 +40,7 @@ mod wait;
 pub use audit::{Audit, AuditCount, AuditFilter, AuditWrite};
 pub use controller::{ControllerSetup, RunningController};
 pub use lab::{KubectlOutput, Lab, LabEnv, TestNamespace, metallb_resource, unique_suffix};
+pub use nodes::NodeNetwork;
 pub use services::{EndpointSpec, LbService, SERVICE_NAME_LABEL};
 pub use tokens::Forbidden;
 pub use wait::wait_until;

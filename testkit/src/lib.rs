@@ -22,6 +22,7 @@
 //! (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24, 2001:db8::/32) and any
 //! route that is not inside them (no default routes).
 
+pub mod apiproxy;
 pub mod bird;
 pub mod capture;
 pub mod cleanup;

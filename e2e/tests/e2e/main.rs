@@ -8,6 +8,8 @@ mod controller;
 mod crds;
 mod deploy;
 mod harness;
+mod metrics;
+mod nodes;
 mod rbac;
 mod samples;
 mod table;
