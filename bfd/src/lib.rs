@@ -11,6 +11,9 @@
 //!   check of RFC 5880 §6.8.6 ([`ControlPacket::decode`]; authenticated packets
 //!   are parsed structurally and refused), and our echo packet format
 //!   ([`EchoPacket`]). Never panics, never allocates.
+//! - [`frame`]: the Ethernet / IPv4 / UDP frame of an echo packet (to
+//!   ourselves, through the peer's MAC), its checks on return, and the
+//!   socket filter that catches it.
 //! - [`session`]: the state machine, `Session::handle(Event, now) ->
 //!   Vec<Action>`, with the negotiation, Poll/Final, jitter, detection,
 //!   passive mode, echo and diagnostics rules documented there.
@@ -26,15 +29,17 @@
 //! The Linux edge:
 //!
 //! - [`runtime`]: one dedicated thread owning the registry, the sockets
-//!   (3784 / 4784, IPv4 and IPv6) and a timerfd; [`Bfd::start`] and the
+//!   (3784 / 4784, IPv4 and IPv6; an `AF_PACKET` socket per session running
+//!   echo) and a timerfd; [`Bfd::start`] and the
 //!   [`BfdHandle`] the speaker uses (acquire / release / set parameters, a
 //!   watch per session, an event stream of transitions).
 //! - [`metrics`]: MetalLB's `metallb_bfd_*` metrics on a caller's
 //!   Prometheus registry, read from the runtime's counters at each scrape.
 //!
-//! Not built yet: echo on the wire (AF_PACKET on 3785). See `README.md` for
-//! `metallbctl bfd-probe` and the measurements.
+//! See `README.md` for the echo function, `metallbctl bfd-probe` and the
+//! measurements.
 
+pub mod frame;
 pub mod metrics;
 pub mod packet;
 pub mod params;

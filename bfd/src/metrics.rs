@@ -30,9 +30,12 @@
 //! - `control_packet_output`: control packets the kernel took (`sendto`
 //!   succeeded); failed sends are in
 //!   [`RuntimeStats::tx_errors`](crate::runtime::RuntimeStats::tx_errors).
-//! - `echo_packet_input` / `echo_packet_output`: the session's echo counters.
-//!   The runtime does not run the echo function yet, so they are 0, but
-//!   exported per session as MetalLB does.
+//! - `echo_packet_input`: our echo packets that came back in time and were
+//!   accepted (frame checks, discriminator, sequence window);
+//!   `echo_packet_output`: echo packets the kernel took (failed sends, and
+//!   packets not sent for want of the peer's MAC, are in `tx_errors`). Both
+//!   stay 0 on a session that does not run echo, and are exported per
+//!   session anyway, as MetalLB does.
 //! - `session_up_events`: transitions to Up; `session_down_events`:
 //!   transitions from Up (to Down, or to AdminDown).
 //! - `zebra_notifications`: always 0. In FRR it counts bfdd's messages to

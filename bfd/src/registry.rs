@@ -138,6 +138,20 @@ impl Registry {
         params: Parameters,
         now: u64,
     ) -> Result<Acquired, RegistryError> {
+        self.acquire_with(key, params, &[], now)
+    }
+
+    /// [`Registry::acquire`], with events a newly created session handles
+    /// before it starts (what the edge knows of the path, e.g.
+    /// [`Event::EchoLoopback`], so that the first packet already says it);
+    /// they are not delivered to an existing session.
+    pub fn acquire_with(
+        &mut self,
+        key: SessionKey,
+        params: Parameters,
+        initial: &[Event],
+        now: u64,
+    ) -> Result<Acquired, RegistryError> {
         params.validate()?;
         let client = ClientId(self.next_client);
         self.next_client += 1;
@@ -160,7 +174,12 @@ impl Registry {
             }
         };
         let mut session = Session::new(key.clone(), discriminator, params, self.rng.next_u64());
-        let actions = session.start(now);
+        // In AdminDown nothing is sent nor armed: only the state changes.
+        let mut actions: Vec<Action> = initial
+            .iter()
+            .flat_map(|event| session.handle(event.clone(), now))
+            .collect();
+        actions.extend(session.start(now));
         self.sessions.insert(
             discriminator,
             Entry {

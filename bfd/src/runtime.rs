@@ -17,7 +17,8 @@
 //!   [`crate::path::check_ttl`], exactly 255 on single hop, at least
 //!   `minimumTtl` on multihop) and `IP_PKTINFO` / `IPV6_RECVPKTINFO` (the
 //!   destination address and ingress interface the registry demultiplexes
-//!   on).
+//!   on);
+//! - one `AF_PACKET` socket per session running the echo function (below).
 //!
 //! Each wakeup: read the clock, drain the sockets and the command queue,
 //! deliver every deadline due within [`BATCH_SLACK_NS`] (so timers a few µs
@@ -41,17 +42,37 @@
 //! Times in [`SessionStatus`] and [`StateChange`] are ns of
 //! `CLOCK_MONOTONIC` ([`monotonic_ns`]); [`to_system_time`] converts them.
 //!
-//! # Privileges
-//! `SO_BINDTODEVICE` needs `CAP_NET_RAW`; the ports are above 1024. No
-//! real-time priority is used (see `bfd/README.md` for the measurements).
-//! [`Config::netns`] (entering a network namespace, for tests and
-//! `metallbctl bfd-probe`) needs `CAP_SYS_ADMIN`.
+//! # Echo
+//! The pure core decides when echo runs, when to send and when echo
+//! detection expires; this thread does the I/O. While a single-hop IPv4
+//! session runs echo it owns an `AF_PACKET` socket (`netsys::PacketSocket`,
+//! the workspace's one audited place for `bind(2)` with a `sockaddr_ll`
+//! and `SO_ATTACH_FILTER`) bound to its interface and IPv4, with a classic
+//! BPF filter passing only frames for our host carrying UDP to port 3785
+//! from and to the session's address ([`crate::frame::echo_filter`]). An
+//! echo packet is sent on it as a whole frame to the peer's MAC, addressed
+//! to ourselves ([`crate::frame::encode`]); the peer's forwarding plane
+//! routes it back, and it is caught on the same socket, checked
+//! ([`crate::frame::decode_returned`]) and handed to the session. The
+//! peer's MAC comes from the kernel's neighbour table over rtnetlink (one
+//! dump per second at most, shared by all sessions; our control packets
+//! keep the entry fresh). The socket is closed when echo stops.
 //!
-//! # Not yet
-//! The echo function (it needs an `AF_PACKET` socket): [`Parameters`] with
-//! `echo_mode` are refused with [`Error::EchoUnsupported`].
+//! A session in echo mode advertises a non-zero Required Min Echo RX only
+//! while IPv4 forwarding is on for its interface (read from
+//! `/proc/sys/net/ipv4/conf/<if>/forwarding` in the thread's namespace, at
+//! start and every 5 s): without it the kernel would not return the peer's
+//! echo packets.
+//!
+//! # Privileges
+//! `SO_BINDTODEVICE` and the echo function's packet sockets need
+//! `CAP_NET_RAW`; the ports are above 1024. No real-time priority is used
+//! (see `bfd/README.md` for the measurements). [`Config::netns`] (entering
+//! a network namespace, for tests and `metallbctl bfd-probe`) needs
+//! `CAP_SYS_ADMIN`.
 
 mod event_loop;
+mod neigh;
 mod stats;
 mod sys;
 
@@ -86,8 +107,6 @@ pub const BATCH_SLACK_NS: u64 = 50_000;
 pub enum Error {
     #[error(transparent)]
     Registry(#[from] RegistryError),
-    #[error("echo mode is not supported by this runtime yet")]
-    EchoUnsupported,
     #[error("the BFD runtime has stopped")]
     Stopped,
     #[error("{what}: {source}")]

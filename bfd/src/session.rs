@@ -58,9 +58,12 @@
 //!   required min echo RX)`, without jitter (jitter would go below the
 //!   remote's minimum). Echo detection: `our Detect Mult x echo TX interval`;
 //!   expiry takes the session Down with diagnostic 2. We advertise a
-//!   Required Min Echo RX of the echo interval when echo mode is on and the
-//!   path allows echo (MetalLB renders `echoInterval` as FRR's echo receive
-//!   interval too), else 0.
+//!   Required Min Echo RX of the echo interval when echo mode is on, the
+//!   path allows echo and our forwarding plane loops the remote's echo
+//!   packets back ([`Event::EchoLoopback`], true until told otherwise;
+//!   MetalLB renders `echoInterval` as FRR's echo receive interval too),
+//!   else 0: a system that cannot return echo packets must not invite
+//!   them (§6.8.1, §6.8.9).
 //! - While echo runs, control traffic is slowed as §6.8.3 suggests by raising
 //!   the Required Min RX we advertise to at least 1 s (through a Poll). We do
 //!   not raise our desired min TX: the peer may not run echo, and its
@@ -130,6 +133,12 @@ pub enum Event {
     AdminDown,
     /// New parameters (already validated and merged), applied without a flap.
     ParametersChanged(Parameters),
+    /// Whether this system's forwarding plane loops the remote's echo
+    /// packets back to it (for IPv4 on Linux: forwarding on the
+    /// interface). Without it the Required Min Echo RX we advertise is 0,
+    /// so the remote sends us no echo packets; it does not affect our own
+    /// echo. Initially true.
+    EchoLoopback(bool),
 }
 
 /// An output of the state machine.
@@ -276,6 +285,8 @@ pub struct SessionStatus {
     pub echo_tx_interval_us: u64,
     pub echo_detection_time_us: u64,
     pub last_echo_rtt_ns: Option<u64>,
+    /// When the last of our echo packets came back (accepted).
+    pub last_echo_rx_ns: Option<u64>,
     pub last_transition_ns: Option<u64>,
     pub last_rx_ns: Option<u64>,
     pub counters: Counters,
@@ -311,6 +322,8 @@ pub struct Session {
     poll: Poll,
     admin_down_left: u8,
     echo_active: bool,
+    /// See [`Event::EchoLoopback`].
+    echo_loopback: bool,
     last_echo_seq: Option<u32>,
     deadlines: [Option<u64>; 4],
     /// The Tx / EchoTx timer just expired: send now.
@@ -325,6 +338,7 @@ pub struct Session {
     last_rx: Option<u64>,
     last_transition: Option<u64>,
     last_echo_rtt_ns: Option<u64>,
+    last_echo_rx: Option<u64>,
     counters: Counters,
 }
 
@@ -350,6 +364,7 @@ impl Session {
             poll: Poll::Idle,
             admin_down_left: 0,
             echo_active: false,
+            echo_loopback: true,
             last_echo_seq: None,
             deadlines: [None; 4],
             tx_fired: false,
@@ -361,6 +376,7 @@ impl Session {
             last_rx: None,
             last_transition: None,
             last_echo_rtt_ns: None,
+            last_echo_rx: None,
             counters: Counters::default(),
         };
         session.refresh_advertised();
@@ -417,6 +433,7 @@ impl Session {
                 }
             }
             Event::ParametersChanged(params) => self.params = params,
+            Event::EchoLoopback(on) => self.echo_loopback = on,
         }
         self.update_echo_activity(now);
         self.refresh_advertised();
@@ -491,6 +508,11 @@ impl Session {
         self.echo_active
     }
 
+    /// What the last [`Event::EchoLoopback`] said (true before any).
+    pub fn echo_loopback(&self) -> bool {
+        self.echo_loopback
+    }
+
     /// Periodic transmit interval before jitter, µs (§6.8.2 / §6.8.7).
     pub fn tx_interval_us(&self) -> u64 {
         u64::from(self.tx_in_use_us.max(self.remote.required_min_rx_us))
@@ -544,6 +566,7 @@ impl Session {
                 0
             },
             last_echo_rtt_ns: self.last_echo_rtt_ns,
+            last_echo_rx_ns: self.last_echo_rx,
             last_transition_ns: self.last_transition,
             last_rx_ns: self.last_rx,
             counters: self.counters,
@@ -627,6 +650,7 @@ impl Session {
         self.counters.echo_in += 1;
         self.echo_anchor = Some(now);
         self.last_echo_rtt_ns = now.checked_sub(echo.tx_time_ns);
+        self.last_echo_rx = Some(now);
     }
 
     fn on_timer(&mut self, timer: Timer, now: u64, out: &mut Vec<Action>) {
@@ -714,11 +738,12 @@ impl Session {
         } else {
             rx
         };
-        self.adv_echo_rx_us = if self.params.echo_mode && self.key.echo_capable() {
-            self.params.echo_interval_us()
-        } else {
-            0
-        };
+        self.adv_echo_rx_us =
+            if self.params.echo_mode && self.key.echo_capable() && self.echo_loopback {
+                self.params.echo_interval_us()
+            } else {
+                0
+            };
         let changed = adv_tx != self.adv_tx_us || adv_rx != self.adv_rx_us;
         self.adv_tx_us = adv_tx;
         self.adv_rx_us = adv_rx;

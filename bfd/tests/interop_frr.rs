@@ -645,6 +645,259 @@ fn multihop_v4_v6_over_the_routed_segment() -> Result<()> {
     Ok(())
 }
 
+/// FRR's counters of peer `addr` (`show bfd peers counters json`).
+fn frr_counters(frr: &Frr, addr: IpAddr) -> Result<serde_json::Value> {
+    let v = frr.show_json("show bfd peers counters json")?;
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["peer"].as_str().and_then(|s| s.parse::<IpAddr>().ok()) == Some(addr))
+        .cloned()
+        .with_context(|| format!("no counters for {addr}: {v}"))
+}
+
+/// Echo interval of the echo test, ms (ours and FRR's echo receive
+/// interval): echo detection 3 x 100 ms.
+const ECHO_MS: u32 = 100;
+
+fn echo_params() -> Parameters {
+    Parameters {
+        echo_mode: true,
+        echo_interval_ms: ECHO_MS,
+        ..params(300, 3)
+    }
+}
+
+/// Waits until our session is Up, runs echo, and `n` more of its echo
+/// packets came back than `since`.
+fn wait_echoes(
+    rx: &watch::Receiver<SessionStatus>,
+    since: u64,
+    n: u64,
+    timeout: Duration,
+) -> Result<SessionStatus> {
+    wait_until(timeout, Duration::from_millis(20), || {
+        let s = rx.borrow().clone();
+        if s.state == State::Up && s.echo_active && s.counters.echo_in >= since + n {
+            Ok(s)
+        } else {
+            Err(format!(
+                "{} {}: echo {}, echo in {} out {} dropped {}",
+                s.key,
+                s.state,
+                s.echo_active,
+                s.counters.echo_in,
+                s.counters.echo_out,
+                s.counters.echo_dropped
+            ))
+        }
+    })
+    .map_err(anyhow::Error::from)
+    .with_context(|| format!("waiting for {n} echo packets back"))
+}
+
+/// A transition out of Up by echo failure: diagnostic 2, a failure for
+/// the client, detected one echo detection time (+ margin) after the last
+/// echo packet came back (or after `up_at`, when the session came Up and
+/// echo started, if no echo came back since), while control packets still
+/// arrived.
+fn check_echo_failure(e: &BfdEvent, up_at: Option<u64>) -> Result<u64> {
+    ensure!(
+        e.change.to == State::Down
+            && e.change.diag == Diagnostic::EchoFunctionFailed
+            && e.change.cause == bfd::Cause::EchoFailed
+            && e.client_action == ClientAction::Down,
+        "not an echo failure: {e:?}"
+    );
+    let last_echo = e.status.last_echo_rx_ns.context("no echo ever came back")?;
+    let detection = e.change.at_ns - last_echo.max(up_at.unwrap_or(0));
+    let expected = 3 * u64::from(ECHO_MS) * 1_000_000;
+    ensure!(
+        detection >= expected && detection <= expected + DETECTION_MARGIN_NS,
+        "Down {detection} ns after the last echo (echo detection time {expected} ns)"
+    );
+    // The control side was alive: its last packet came within the control
+    // detection time.
+    let last_rx = e.status.last_rx_ns.context("no control packet")?;
+    ensure!(
+        e.change.at_ns - last_rx < e.status.detection_time_us * 1_000,
+        "control silent for {} ns: {e:?}",
+        e.change.at_ns - last_rx
+    );
+    Ok(detection)
+}
+
+/// Echo against FRR bfdd with `echo-mode` and `echo receive-interval`: Up
+/// with echo (counters and metrics count), then only the echo packets the
+/// router loops back are dropped (nftables on its forward path) while
+/// control packets flow: Down with diagnostic 2 within the echo detection
+/// time; the drop removed: Up again with echo; FRR withdraws its echo
+/// receive interval: our echo stops, without a flap.
+#[test]
+fn echo_up_then_echo_loss_is_down_with_diag_2_and_recovery() -> Result<()> {
+    let _serial = testkit::serial()?;
+    testkit::preflight()?;
+    let lab = Lab::up(&LabOptions::default())?;
+    // The router forwards and sends no redirects (the kit's router
+    // namespace); node-1 does not forward, so it cannot return FRR's echo
+    // packets and must not invite them.
+    let router_if = lab.l2_iface("router").to_string();
+    ensure!(lab.router().read_sysctl("net.ipv4.ip_forward")? == "1");
+    ensure!(
+        lab.router()
+            .read_sysctl(&format!("net.ipv4.conf.{router_if}.send_redirects"))?
+            == "0"
+    );
+    let node_if = lab.l2_iface("node-1").to_string();
+    lab.node(1)
+        .sysctl(&format!("net.ipv4.conf.{node_if}.forwarding"), "0")?;
+    let router = start_router(
+        &lab,
+        BfdProfile {
+            echo_mode: true,
+            echo_interval_ms: Some(ECHO_MS),
+            ..BfdProfile::new("fast", 300, 300, 3)
+        },
+        &[n1v4()],
+    )?;
+    let bfd = start_bfd(lab.node(1))?;
+    let registry = Registry::new();
+    bfd::metrics::register(&registry, &bfd)?;
+    let mut events = bfd.subscribe();
+    let key = single_hop_key(&lab, n1v4(), plan::ROUTER_V4.into());
+    let (client, status) = bfd.acquire_blocking(key, echo_params())?;
+    wait_ours(&status, State::Up, UP_TIMEOUT).with_context(|| router.logs(30))?;
+    router.wait_bfd_status(n1v4(), "up", UP_TIMEOUT)?;
+
+    // Echo runs at max(ours, FRR's Required Min Echo RX) = 100 ms, echo
+    // detection 3 x 100 ms; control is slowed (we ask for 1 s, RFC 5880
+    // §6.8.3) once the Poll Sequence is over.
+    let started = Instant::now();
+    let s = wait_echoes(&status, 0, 10, Duration::from_secs(10))
+        .with_context(|| format!("{:?}", bfd.stats()))?;
+    eprintln!(
+        "echo running {:?} after Up; last RTT {:?} ns",
+        started.elapsed(),
+        s.last_echo_rtt_ns
+    );
+    ensure!(
+        s.remote.required_min_echo_rx_us == ECHO_MS * 1_000
+            && s.echo_tx_interval_us == u64::from(ECHO_MS) * 1_000
+            && s.echo_detection_time_us == 3 * u64::from(ECHO_MS) * 1_000,
+        "{s:?}"
+    );
+    ensure!(s.counters.echo_dropped == 0, "{s:?}");
+    // We do not loop FRR's echo packets back (no forwarding here), so we
+    // advertise no Required Min Echo RX and FRR, echo-mode or not, sends
+    // none.
+    ensure!(s.advertised_min_echo_rx_us == 0, "{s:?}");
+    let p = wait_frr_sees(&router, n1v4(), 1_000, 300)?;
+    ensure!(p.raw["remote-echo-receive-interval"] == 0, "{}", p.raw);
+    let s = wait_negotiated(&status, 300_000, 3_000_000)?;
+    ensure!(s.advertised_min_rx_us == 1_000_000, "{s:?}");
+    agree(&router, n1v4(), &status)?;
+    ensure!(frr_counters(&router, n1v4())?["echo-packet-output"] == 0);
+
+    // Steady: echo packets keep coming back, counted by the metrics.
+    let echo_in = status.borrow().counters.echo_in;
+    std::thread::sleep(Duration::from_secs(2));
+    let s = status.borrow().clone();
+    ensure!(s.state == State::Up && s.counters.down_events == 0, "{s:?}");
+    ensure!(s.counters.echo_in >= echo_in + 15, "{s:?}");
+    let m = our_metrics(&registry, plan::ROUTER_V4.into())?;
+    ensure!(
+        m[names::ECHO_PACKET_OUTPUT] >= m[names::ECHO_PACKET_INPUT],
+        "{m:?}"
+    );
+    ensure!(m[names::ECHO_PACKET_INPUT] >= 25.0, "{m:?}");
+    let stats = bfd.stats();
+    ensure!(
+        stats.echo_tx as f64 == m[names::ECHO_PACKET_OUTPUT] && stats.echo_rx >= 25,
+        "{stats:?} {m:?}"
+    );
+
+    // The router drops the echo packets it would loop back; control
+    // packets, to and from its own address, are not forwarded and flow.
+    let _ = downs_queued(&mut events);
+    let frr_downs = frr_down_events(&router, n1v4())?;
+    let before = monotonic_ns();
+    let drop = testkit::cut::drop_forwarded_udp(lab.router(), bfd::path::ECHO_PORT)?;
+    let e = next_event(&mut events, DOWN_BOUND + Duration::from_secs(5), |e| {
+        e.change.from == State::Up
+    })?;
+    let took = Duration::from_nanos(e.change.at_ns.saturating_sub(before));
+    let detection = check_echo_failure(&e, None)?;
+    ensure!(took < DOWN_BOUND, "Down {took:?} after the drop");
+    eprintln!(
+        "echo loss: Down {took:?} after the drop, {:.1} ms after the last echo back \
+         (echo detection time {} ms)",
+        detection as f64 / 1e6,
+        3 * ECHO_MS
+    );
+    let m = our_metrics(&registry, plan::ROUTER_V4.into())?;
+    ensure!(
+        m[names::SESSION_UP] == 0.0 && m[names::SESSION_DOWN_EVENTS] == 1.0,
+        "{m:?}"
+    );
+    // FRR heard our Down (diagnostic 2).
+    wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
+        let d = frr_down_events(&router, n1v4()).map_err(|e| format!("{e:#}"))?;
+        (d > frr_downs)
+            .then_some(())
+            .ok_or(format!("FRR session-down {d}"))
+    })?;
+    // Control packets still flow: the session comes Up again through them,
+    // and each time echo fails again (diagnostic 2, never 1).
+    let up = next_event(&mut events, UP_TIMEOUT, |e| e.change.to == State::Up)
+        .with_context(|| router.logs(30))?;
+    let e = next_event(&mut events, DOWN_BOUND + Duration::from_secs(5), |e| {
+        e.change.from == State::Up
+    })?;
+    let again = check_echo_failure(&e, Some(up.change.at_ns))?;
+    eprintln!(
+        "Up again through control packets, echo failed again {:.1} ms later",
+        again as f64 / 1e6
+    );
+
+    // The drop removed: Up again, with echo, and it stays Up.
+    drop.restore()?;
+    let e = next_event(&mut events, UP_TIMEOUT, |e| e.change.to == State::Up)
+        .with_context(|| router.logs(30))?;
+    let echo_in = e.status.counters.echo_in;
+    let s = wait_echoes(&status, echo_in, 10, Duration::from_secs(10))?;
+    let downs = s.counters.down_events;
+    std::thread::sleep(Duration::from_secs(2));
+    let s = status.borrow().clone();
+    ensure!(
+        s.state == State::Up && s.counters.down_events == downs,
+        "{s:?}; {:?}",
+        downs_queued(&mut events)
+    );
+    router.wait_bfd_status(n1v4(), "up", UP_TIMEOUT)?;
+    agree(&router, n1v4(), &status)?;
+
+    // FRR stops accepting echo (`echo receive-interval disabled`): our
+    // echo stops at once and control goes back to 300 ms, with no flap.
+    let _ = downs_queued(&mut events);
+    router.configure(&["bfd", "profile fast", "echo receive-interval disabled"])?;
+    let s = wait_negotiated(&status, 300_000, 900_000)?;
+    ensure!(
+        !s.echo_active
+            && s.remote.required_min_echo_rx_us == 0
+            && s.advertised_min_rx_us == 300_000,
+        "{s:?}"
+    );
+    let out = s.counters.echo_out;
+    std::thread::sleep(Duration::from_millis(500));
+    let s = status.borrow().clone();
+    ensure!(s.counters.echo_out == out, "echo still sent: {s:?}");
+    let downs = downs_queued(&mut events);
+    ensure!(downs.is_empty(), "our session left Up: {downs:?}");
+    wait_frr_sees(&router, n1v4(), 300, 300)?;
+    bfd.release_blocking(client)?;
+    Ok(())
+}
+
 // ---- measurements (feature `bench-lab`) ----
 
 #[cfg(feature = "bench-lab")]
@@ -819,7 +1072,8 @@ fn metallbctl_binary() -> Result<PathBuf> {
     Ok(bin)
 }
 
-/// `metallbctl bfd-probe` against FRR.
+/// `metallbctl bfd-probe` against FRR, with echo (FRR advertises its
+/// default echo receive interval, 50 ms; ours is 100 ms).
 #[test]
 fn bfd_probe_cli_against_frr() -> Result<()> {
     let bin = metallbctl_binary()?;
@@ -837,6 +1091,7 @@ fn bfd_probe_cli_against_frr() -> Result<()> {
             "--tx",
             "100",
         ])
+        .args(["--echo", "--echo-interval", "100"])
         .args(["--duration", "30"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
@@ -876,6 +1131,20 @@ fn bfd_probe_cli_against_frr() -> Result<()> {
             .any(|l| l["state"] == "Up" && l["tx_interval_ms"] == 300.0 && l["poll"] == false),
         "{stdout}"
     );
+    // Echo ran at max(100 ms, FRR's 50 ms), and its packets came back.
+    ensure!(
+        lines.iter().any(|l| l["state"] == "Up"
+            && l["echo"] == true
+            && l["echo_tx_interval_ms"] == 100.0
+            && l["remote_min_echo_rx_ms"] == 50.0),
+        "{stdout}"
+    );
+    let last_state = lines
+        .iter()
+        .rev()
+        .find(|l| l["event"] == "state")
+        .context("no state line")?;
+    ensure!(last_state["echo_in"].as_u64() >= Some(10), "{last_state}");
     router.wait_bfd_status(n1v4(), "down", Duration::from_secs(5))?;
     let p = frr_peer(&router, n1v4())?;
     ensure!(
@@ -895,13 +1164,26 @@ fn runtime_refuses_what_it_cannot_do() -> Result<()> {
     })?;
     let bfd = start_bfd(lab.node(1))?;
     let key = single_hop_key(&lab, n1v4(), plan::ROUTER_V4.into());
-    // Echo is not implemented yet: refused, not silently ignored.
+    // Echo mode is taken on any path but runs on single-hop IPv4 only; we
+    // invite the peer's echo (non-zero Required Min Echo RX) only where the
+    // kernel would return it: IPv4 forwarding on the interface.
     let echo = Parameters {
         echo_mode: true,
         ..Parameters::default()
     };
-    let e = bfd.acquire_blocking(key.clone(), echo).unwrap_err();
-    ensure!(matches!(e, bfd::runtime::Error::EchoUnsupported), "{e}");
+    let iface = lab.l2_iface("node-1").to_string();
+    let forwarding = format!("net.ipv4.conf.{iface}.forwarding");
+    lab.node(1).sysctl(&forwarding, "0")?;
+    let v6 = single_hop_key(&lab, n1v6(), plan::ROUTER_V6.into());
+    for k in [key.clone(), v6] {
+        let (c, status) = bfd.acquire_blocking(k, echo)?;
+        let s = status.borrow().clone();
+        ensure!(
+            s.params.echo_mode && s.advertised_min_echo_rx_us == 0,
+            "{s:?}"
+        );
+        bfd.release_blocking(c)?;
+    }
     // BFDProfile ranges.
     let e = bfd.acquire_blocking(key.clone(), params(5, 3)).unwrap_err();
     ensure!(e.to_string().contains("receiveInterval 5"), "{e}");

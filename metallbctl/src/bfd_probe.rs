@@ -50,6 +50,16 @@ pub struct Args {
     #[arg(long)]
     passive: bool,
 
+    /// echoMode: run the echo function (single-hop IPv4 only; needs
+    /// CAP_NET_RAW for its packet socket).
+    #[arg(long)]
+    echo: bool,
+
+    /// echoInterval: echo transmit interval, and the Required Min Echo RX
+    /// Interval advertised in echo mode, ms.
+    #[arg(long, default_value_t = bfd::params::DEFAULT_ECHO_INTERVAL_MS)]
+    echo_interval: u32,
+
     /// minimumTtl: smallest TTL accepted on a multihop session.
     #[arg(long, default_value_t = bfd::params::DEFAULT_MINIMUM_TTL)]
     minimum_ttl: u32,
@@ -71,13 +81,17 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if args.peer.is_ipv4() != args.local.is_ipv4() {
         bail!("--peer and --local must be of the same address family");
     }
+    if args.echo && (args.multihop || !args.peer.is_ipv4()) {
+        bail!("--echo runs on single-hop IPv4 sessions only (RFC 5881 §4)");
+    }
     let params = Parameters {
         receive_interval_ms: args.rx,
         transmit_interval_ms: args.tx,
         detect_multiplier: args.multiplier,
         passive_mode: args.passive,
+        echo_mode: args.echo,
+        echo_interval_ms: args.echo_interval,
         minimum_ttl: args.minimum_ttl,
-        ..Parameters::default()
     };
     params.validate()?;
     let key = SessionKey {
@@ -177,10 +191,8 @@ type Summary = (
     bfd::State,
     bfd::Diagnostic,
     bfd::session::RemoteInfo,
-    u64,
-    u64,
-    u64,
-    bool,
+    [u64; 5],
+    [bool; 2],
 );
 
 fn summary(s: &SessionStatus) -> Summary {
@@ -188,10 +200,14 @@ fn summary(s: &SessionStatus) -> Summary {
         s.state,
         s.local_diag,
         s.remote,
-        s.tx_interval_us,
-        s.rx_interval_us,
-        s.detection_time_us,
-        s.poll_in_progress,
+        [
+            s.tx_interval_us,
+            s.rx_interval_us,
+            s.detection_time_us,
+            s.echo_tx_interval_us,
+            u64::from(s.advertised_min_echo_rx_us),
+        ],
+        [s.poll_in_progress, s.echo_active],
     )
 }
 
@@ -226,6 +242,14 @@ fn print_line(kind: &str, event: Option<&BfdEvent>, s: &SessionStatus) {
         "last_rx_ago_ms": s.last_rx_ns.map(|rx| (at.saturating_sub(rx)) as f64 / 1e6),
         "control_in": s.counters.control_in,
         "control_out": s.counters.control_out,
+        "echo": s.echo_active,
+        "echo_tx_interval_ms": ms(s.echo_tx_interval_us),
+        "echo_detection_time_ms": ms(s.echo_detection_time_us),
+        "advertised_min_echo_rx_ms": ms(u64::from(s.advertised_min_echo_rx_us)),
+        "remote_min_echo_rx_ms": ms(u64::from(s.remote.required_min_echo_rx_us)),
+        "last_echo_rtt_ms": s.last_echo_rtt_ns.map(|ns| ns as f64 / 1e6),
+        "echo_in": s.counters.echo_in,
+        "echo_out": s.counters.echo_out,
     });
     if let (Some(e), Value::Object(map)) = (event, &mut line) {
         map.insert("from".into(), json!(e.change.from.as_str()));

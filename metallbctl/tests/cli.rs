@@ -304,3 +304,39 @@ fn help_documents_exit_status() {
         "{text}"
     );
 }
+
+/// `bfd-probe --echo` off single-hop IPv4 is a usage error, refused before
+/// any socket is opened (no privilege, no network).
+#[test]
+fn bfd_probe_refuses_echo_off_single_hop_ipv4() {
+    for args in [
+        &[
+            "--peer",
+            "2001:db8::1",
+            "--local",
+            "2001:db8::11",
+            "--interface",
+            "x",
+        ][..],
+        &[
+            "--peer",
+            "203.0.113.2",
+            "--local",
+            "192.0.2.11",
+            "--multihop",
+        ][..],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_metallbctl"))
+            .arg("bfd-probe")
+            .args(args)
+            .args(["--echo", "--echo-interval", "100"])
+            .output()
+            .expect("metallbctl runs");
+        assert_exit(&out, 2);
+        assert!(
+            stderr(&out).contains("--echo runs on single-hop IPv4 sessions only"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}

@@ -1,11 +1,14 @@
-//! Socket options that no safe crate wraps, behind a safe API: the ONE
-//! audited place of `unsafe` for sockets (project rule: route such options
-//! through one module; `unsafe_code = "forbid"` everywhere else).
+//! Socket options and calls that no safe crate wraps, behind a safe API:
+//! the ONE audited place of `unsafe` for sockets (project rule: route such
+//! options through one module; `unsafe_code = "forbid"` everywhere else).
 //!
 //! - [`set_tcp_md5sig`]: TCP MD5 signatures (RFC 2385, `TCP_MD5SIG`), not in
 //!   `socket2` 0.6, `rustix` 1 or `nix` 0.31;
 //! - [`set_ip_minttl`] / [`set_ipv6_minhopcount`]: GTSM (RFC 5082) receive
-//!   checks, with their read-back getters.
+//!   checks, with their read-back getters;
+//! - [`packet`]: `AF_PACKET` sockets bound to an interface and ethertype
+//!   (`bind(2)` with a `sockaddr_ll`) with a classic BPF filter
+//!   (`SO_ATTACH_FILTER`), for the BFD echo function.
 //!
 //! All `unsafe` lives in the private `sys` module (every block argued with
 //! a `// SAFETY:` comment); the crate denies `unsafe_code` elsewhere.
@@ -15,8 +18,10 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::BorrowedFd;
 
+pub mod packet;
 mod sys;
 
+pub use packet::{PacketSocket, SockFilter};
 use sys::{KernelAddr, TcpMd5Sig};
 
 /// The longest TCP MD5 key the kernel accepts (`TCP_MD5SIG_MAXKEYLEN`).

@@ -1,10 +1,16 @@
 //! The only `unsafe` code of the crate (and of the workspace's socket
-//! options): raw `setsockopt`/`getsockopt` calls and the construction of
-//! the kernel's `struct tcp_md5sig`. Everything here is `pub(crate)`; the
-//! safe, validated API is in the crate root.
+//! options): raw `setsockopt`/`getsockopt` calls, the construction of the
+//! kernel's `struct tcp_md5sig`, and `bind(2)` of an `AF_PACKET` socket
+//! with a `sockaddr_ll`. Everything here is `pub(crate)`; the safe,
+//! validated API is in the crate root and in `packet`.
 //!
-//! Audit rules: every `unsafe` block carries a `// SAFETY:` argument; only
-//! plain-old-data types ([`Pod`]) cross into the kernel; every return value
+//! Audit rules: every `unsafe` block carries a `// SAFETY:` argument; the
+//! generic `setsockopt` takes plain-old-data types only ([`Pod`]: no
+//! pointers); the two calls with a pointer-carrying or address argument
+//! (`bind_packet`: a `sockaddr_ll`; `attach_filter`: a `sock_fprog`
+//! pointing at a borrowed program) build it locally; every pointer handed
+//! to the kernel points to a value that lives for the whole call, with its
+//! exact size, and the kernel keeps no reference to it; every return value
 //! is checked and turned into an `io::Error`.
 #![allow(unsafe_code)]
 
@@ -191,4 +197,65 @@ pub(crate) fn getsockopt_int(
         )));
     }
     Ok(value)
+}
+
+/// `bind(2)` of the `AF_PACKET` socket `fd` to interface `ifindex` and
+/// frames of `ethertype` (host order).
+pub(crate) fn bind_packet(fd: BorrowedFd<'_>, ifindex: i32, ethertype: u16) -> io::Result<()> {
+    let sll = libc::sockaddr_ll {
+        sll_family: libc::AF_PACKET as libc::c_ushort,
+        sll_protocol: ethertype.to_be(),
+        sll_ifindex: ifindex,
+        sll_hatype: 0,
+        sll_pkttype: 0,
+        sll_halen: 0,
+        sll_addr: [0; 8],
+    };
+    // SAFETY: `sll` is a fully initialised `sockaddr_ll` on our stack,
+    // alive for the whole call; the length is its exact size; bind(2)
+    // copies the address and keeps no reference to it. `fd` is borrowed,
+    // hence open, for the duration of the call.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&raw const sll).cast::<libc::sockaddr>(),
+            mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `setsockopt(SO_ATTACH_FILTER)`: installs the classic BPF program `prog`
+/// (at most `u16::MAX` instructions: checked by the caller, asserted here).
+pub(crate) fn attach_filter(fd: BorrowedFd<'_>, prog: &[libc::sock_filter]) -> io::Result<()> {
+    let len = u16::try_from(prog.len()).expect("program length checked by the caller");
+    let fprog = libc::sock_fprog {
+        len,
+        // The kernel only reads through this pointer (the C type lacks
+        // `const`).
+        filter: prog.as_ptr().cast_mut(),
+    };
+    // SAFETY: `fprog` is a live local of exactly the size passed; its
+    // `filter` points at `prog`, `len` instructions long, borrowed (so
+    // alive and unchanged) for the whole call. The kernel only reads both,
+    // copies the program (`sk_attach_filter`) and keeps no reference to
+    // our memory. `fd` is borrowed, hence open, for the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&raw const fprog).cast::<libc::c_void>(),
+            mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }

@@ -8,7 +8,9 @@
 //! device with `netdev` ingress/egress hooks (an egress drop looks like a
 //! qdisc drop: UDP senders see success, TCP retransmits), or, for a cut of
 //! a switch port, with a `bridge` table in the switch namespace, which the
-//! endpoints cannot see at all.
+//! endpoints cannot see at all. To lose only some of what a router
+//! forwards (BFD echo packets it loops back), [`drop_forwarded_udp`] uses an
+//! `inet` table on the `forward` hook, which no local sender goes through.
 //!
 //! Every rule the kit adds carries the comment `testkit cut <n>`;
 //! [`Cut::restore`] deletes exactly the rules (by handle) that the cut added.
@@ -205,6 +207,32 @@ pub(crate) fn cut_bridge_port(sw: &Netns, port: &str) -> Result<Cut> {
         let h = add_rule(sw, "bridge", chain, &rule, id)?;
         cut.rules.push((chain.to_string(), h));
     }
+    Ok(cut)
+}
+
+/// Silently drops the UDP datagrams to `port` that `ns` (a router
+/// namespace) forwards: an `inet` table with a `forward` hook, so what the
+/// namespace itself receives or sends is untouched. For BFD echo (port
+/// 3785): the echo packets the router loops back are lost while its BFD
+/// control packets (to and from its own address) still flow. Neither end
+/// sees a link event or a send error.
+pub fn drop_forwarded_udp(ns: &Netns, port: u16) -> Result<Cut> {
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let mut cut = new_cut(
+        ns,
+        "inet",
+        format!("forwarded UDP to port {port} in {}", ns.name()),
+    );
+    let chain = "forward";
+    ns.run("nft", &[format!("add table inet {TABLE}")])?;
+    ns.run(
+        "nft",
+        &[format!(
+            "add chain inet {TABLE} {chain} {{ type filter hook forward priority {PRIORITY}; policy accept; }}"
+        )],
+    )?;
+    let h = add_rule(ns, "inet", chain, &format!("udp dport {port} drop"), id)?;
+    cut.rules.push((chain.to_string(), h));
     Ok(cut)
 }
 

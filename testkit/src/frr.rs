@@ -400,6 +400,17 @@ pub struct Frr {
     stopped: bool,
 }
 
+/// FRR output lines that carry the `% ` error marker but report no error:
+/// the command was applied. bfdd prints the first for every `echo-mode`
+/// (the echo function of FRR 8.4 on Linux, IPv4 and IPv6).
+const FRR_NOTICES: &[&str] =
+    &["% Echo mode works correctly for IPv4, but only works when the peer is also FRR for IPv6."];
+
+/// Whether `line` of vtysh's output is one of [`FRR_NOTICES`].
+fn is_notice(line: &str) -> bool {
+    FRR_NOTICES.contains(&line.trim())
+}
+
 fn same_addr(text: &str, addr: IpAddr) -> bool {
     text.parse::<IpAddr>().is_ok_and(|a| a == addr)
 }
@@ -458,7 +469,7 @@ impl Frr {
         let mut c = self.ns.command("vtysh");
         c.arg("--vty_socket").arg(&self.dir).arg("-f").arg(path);
         let out = cmd::run(&mut c)?;
-        if let Some(l) = out.lines().find(|l| l.contains("% ")) {
+        if let Some(l) = out.lines().find(|l| l.contains("% ") && !is_notice(l)) {
             bail!("vtysh -f {}: {l}", path.display());
         }
         Ok(())
@@ -529,7 +540,7 @@ impl Frr {
             c.arg("-c").arg(command);
         }
         let out = cmd::run(&mut c)?;
-        if let Some(l) = out.lines().find(|l| l.starts_with("% ")) {
+        if let Some(l) = out.lines().find(|l| l.starts_with("% ") && !is_notice(l)) {
             bail!("vtysh {commands:?} in {}: {l}\n{out}", self.ns.name());
         }
         Ok(out)
@@ -799,6 +810,17 @@ pub fn summary_states(summary: &Value) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frr_notices_are_not_errors_but_errors_are() {
+        assert!(is_notice(
+            "% Echo mode works correctly for IPv4, but only works when the peer is also FRR for IPv6."
+        ));
+        assert!(!is_notice("% Unknown command: echo-mode"));
+        assert!(!is_notice(
+            "% Echo mode is only available for single hop sessions."
+        ));
+    }
 
     #[test]
     fn renders_neighbors_profiles_and_families() {

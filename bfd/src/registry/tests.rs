@@ -75,6 +75,37 @@ fn acquire_creates_and_starts_a_session() {
 }
 
 #[test]
+fn initial_events_apply_before_the_first_packet_of_a_new_session_only() {
+    let echo = Parameters {
+        echo_mode: true,
+        ..Parameters::default()
+    };
+    let mut r = Registry::new(1);
+    let a = r
+        .acquire_with(eth0(), echo, &[Event::EchoLoopback(false)], 0)
+        .unwrap();
+    let sent = sends(&a.actions);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        sent[0].required_min_echo_rx_us, 0,
+        "the first packet says it"
+    );
+    assert!(!r.session(a.discriminator).unwrap().echo_loopback());
+    // An existing session is not told again.
+    let b = r
+        .acquire_with(eth0(), echo, &[Event::EchoLoopback(true)], MS)
+        .unwrap();
+    assert!(!b.created);
+    assert!(!r.session(a.discriminator).unwrap().echo_loopback());
+    // Without it: the echo interval, as before.
+    let c = r.acquire(multihop(), echo, 0).unwrap();
+    assert_eq!(sends(&c.actions)[0].required_min_echo_rx_us, 0, "multihop");
+    let key = SessionKey::single_hop("eth1", ip("10.0.1.1"), ip("10.0.1.2"));
+    let d = r.acquire(key, echo, 0).unwrap();
+    assert_eq!(sends(&d.actions)[0].required_min_echo_rx_us, 50_000);
+}
+
+#[test]
 fn sessions_on_distinct_paths_get_distinct_discriminators() {
     let mut r = Registry::new(1);
     let mut seen = std::collections::HashSet::new();

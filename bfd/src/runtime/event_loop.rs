@@ -1,15 +1,16 @@
-//! The runtime thread: epoll over the command eventfd, the timerfd and the
-//! receiving sockets; the registry; the deadline heap.
+//! The runtime thread: epoll over the command eventfd, the timerfd, the
+//! receiving sockets and the echo sockets; the registry; the deadline heap.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::fs::File;
 use std::io;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc as std_mpsc;
 
+use netsys::PacketSocket;
 use nix::errno::Errno;
 use nix::sched::CloneFlags;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
@@ -19,11 +20,15 @@ use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFl
 use tokio::sync::{mpsc, watch};
 
 use super::stats::Shared;
-use super::{Acquired, BATCH_SLACK_NS, BfdEvent, Command, Error, sys};
+use super::{Acquired, BATCH_SLACK_NS, BfdEvent, Command, Error, neigh, sys};
+use crate::frame::{self, EchoPath};
 use crate::metrics::{self, Sample};
-use crate::packet::{ControlPacket, MAX_PACKET_LEN, State};
+use crate::packet::{ControlPacket, EchoPacket, MAX_PACKET_LEN, State};
 use crate::params::Parameters;
-use crate::path::{CONTROL_PORT_MULTI_HOP, CONTROL_PORT_SINGLE_HOP, Hop, SessionKey};
+use crate::path::{
+    CONTROL_PORT_MULTI_HOP, CONTROL_PORT_SINGLE_HOP, Hop, SOURCE_PORT_MAX, SOURCE_PORT_MIN,
+    SessionKey,
+};
 use crate::registry::{ClientId, Registry, RxMeta};
 use crate::rng::SplitMix64;
 use crate::session::{Action, Event, SessionStatus, StateChange, Timer};
@@ -31,6 +36,11 @@ use crate::session::{Action, Event, SessionStatus, StateChange, Timer};
 const TOKEN_WAKE: u64 = 0;
 const TOKEN_TIMER: u64 = 1;
 const TOKEN_RX: u64 = 2;
+/// Echo sockets: this bit, and the session's discriminator below it.
+const TOKEN_ECHO: u64 = 1 << 32;
+/// How often a session in echo mode reads again whether IPv4 forwarding is
+/// on for its interface (see [`EventLoop::check_loopback`]).
+const LOOPBACK_RECHECK_NS: u64 = 5_000_000_000;
 /// Bound on the deadlines delivered in one pass, against a session that
 /// would keep arming timers at `now`.
 const MAX_FIRES_PER_PASS: usize = 100_000;
@@ -59,6 +69,26 @@ struct SessionIo {
     /// Metric labels, made once.
     peer_label: Arc<str>,
     vrf_label: Arc<str>,
+    /// The echo socket, open while the session runs echo.
+    echo: Option<EchoIo>,
+    /// Echo packets the kernel took.
+    echo_sent: u64,
+    /// UDP source port of the session's echo packets (49152-65535).
+    echo_source_port: u16,
+    /// IPv4 Identification of the last echo packet.
+    echo_ip_id: u16,
+    /// When IPv4 forwarding on the interface was last read (echo mode).
+    loopback_checked: Option<u64>,
+}
+
+/// The echo function's I/O of one session: an `AF_PACKET` socket on the
+/// session's interface, filtered to our echo packets back from the peer.
+struct EchoIo {
+    socket: PacketSocket,
+    ifindex: u32,
+    peer: Ipv4Addr,
+    /// Addressing of the frames; `peer_mac` is refreshed before each send.
+    path: EchoPath,
 }
 
 struct EventLoop {
@@ -76,6 +106,8 @@ struct EventLoop {
     subscribers: Vec<mpsc::UnboundedSender<BfdEvent>>,
     shared: Arc<Shared>,
     ifnames: HashMap<u32, String>,
+    /// The peers' MACs (echo).
+    neighbours: neigh::Cache,
     cmsg: Vec<u8>,
     last_now: u64,
 }
@@ -167,6 +199,7 @@ impl EventLoop {
             subscribers: Vec::new(),
             shared: setup.shared,
             ifnames: HashMap::new(),
+            neighbours: neigh::Cache::default(),
             cmsg: sys::cmsg_buffer(),
             last_now: 0,
         })
@@ -199,6 +232,7 @@ impl EventLoop {
                         // Drain the expiration count; EAGAIN if already read.
                         let _ = self.timer.wait();
                     }
+                    token if token & TOKEN_ECHO != 0 => self.drain_echo(token as u32),
                     token => self.drain_socket((token - TOKEN_RX) as usize),
                 }
             }
@@ -247,6 +281,46 @@ impl EventLoop {
             match self.registry.receive_control(&buf[..len], &meta, now) {
                 Ok((discriminator, actions)) => self.apply(discriminator, actions, None),
                 Err(_) => Shared::bump(&self.shared.rx_unmatched),
+            }
+        }
+    }
+
+    /// Reads the frames queued on a session's echo socket: its echo
+    /// packets back from the peer go to the session; anything else the
+    /// filter let through (another session's echo on the same address, a
+    /// wrong TTL or checksum) is counted and dropped.
+    fn drain_echo(&mut self, discriminator: u32) {
+        let mut buf = [0u8; frame::FILTER_SNAPLEN as usize];
+        loop {
+            let Some(echo) = self
+                .sessions
+                .get(&discriminator)
+                .and_then(|io| io.echo.as_ref())
+            else {
+                return; // closed meanwhile (echo stopped, session gone)
+            };
+            let address = echo.path.address;
+            let len = match echo.socket.recv(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    Shared::bump(&self.shared.rx_errors);
+                    return;
+                }
+            };
+            Shared::bump(&self.shared.echo_rx);
+            let now = self.now();
+            match frame::decode_returned(&buf[..len.min(buf.len())], address) {
+                Ok(packet) if packet.discriminator == discriminator => {
+                    if let Some(actions) =
+                        self.registry
+                            .handle(discriminator, Event::EchoReceived(packet), now)
+                    {
+                        self.apply(discriminator, actions, None);
+                    }
+                }
+                _ => Shared::bump(&self.shared.echo_rx_ignored),
             }
         }
     }
@@ -308,13 +382,15 @@ impl EventLoop {
         params: Parameters,
         vrf: Option<&str>,
     ) -> Result<Acquired, Error> {
-        if params.echo_mode {
-            return Err(Error::EchoUnsupported);
-        }
         // Interfaces may have been renamed or created since the cache filled.
         self.ifnames.clear();
         let now = self.now();
-        let acquired = self.registry.acquire(key.clone(), params, now)?;
+        // Known before the first packet (see `check_loopback`).
+        let loopback = (params.echo_mode && key.echo_capable()).then(|| loops_echo_back(&key));
+        let initial: Vec<Event> = loopback.map(Event::EchoLoopback).into_iter().collect();
+        let acquired = self
+            .registry
+            .acquire_with(key.clone(), params, &initial, now)?;
         let discriminator = acquired.discriminator;
         if acquired.created {
             let status = self
@@ -332,6 +408,13 @@ impl EventLoop {
                     socket: None,
                     status: tx,
                     control_sent: 0,
+                    echo: None,
+                    echo_sent: 0,
+                    echo_source_port: SOURCE_PORT_MIN
+                        + (self.rng.next_u64() % (u64::from(SOURCE_PORT_MAX - SOURCE_PORT_MIN) + 1))
+                            as u16,
+                    echo_ip_id: self.rng.next_u32() as u16,
+                    loopback_checked: loopback.map(|_| now),
                 },
             );
             self.shared
@@ -385,7 +468,7 @@ impl EventLoop {
                     control_in: c.control_in,
                     control_out: io.control_sent,
                     echo_in: c.echo_in,
-                    echo_out: c.echo_out,
+                    echo_out: io.echo_sent,
                     up_events: c.up_events,
                     down_events: c.down_events,
                 })
@@ -394,9 +477,6 @@ impl EventLoop {
     }
 
     fn set_parameters(&mut self, client: ClientId, params: Parameters) -> Result<(), Error> {
-        if params.echo_mode {
-            return Err(Error::EchoUnsupported);
-        }
         let now = self.now();
         let (discriminator, actions) = self.registry.set_parameters(client, params, now)?;
         self.apply(discriminator, actions, None);
@@ -486,8 +566,7 @@ impl EventLoop {
                         self.shared.tx_lateness.record_ns(late);
                     }
                 }
-                // Echo is refused at acquire: no session runs it.
-                Action::SendEcho(_) => {}
+                Action::SendEcho(echo) => self.send_echo(discriminator, &echo),
                 Action::ArmTimer { timer, at_ns } => {
                     self.deadlines.insert((discriminator, timer), at_ns);
                     self.heap.push(Reverse((at_ns, discriminator, timer)));
@@ -498,7 +577,100 @@ impl EventLoop {
                 Action::StateChanged(change) => changes.push(change),
             }
         }
+        // Echo stopped (Down, the remote withdrew, echo mode off): close
+        // its socket, so that no frame goes through its filter for nothing.
+        if let (Some(session), Some(io)) = (
+            self.registry.session(discriminator),
+            self.sessions.get_mut(&discriminator),
+        ) && !session.echo_active()
+        {
+            io.echo = None;
+        }
         self.publish(discriminator, &changes);
+        self.check_loopback(discriminator);
+    }
+
+    /// For a session in echo mode on an echo-capable path: whether our
+    /// forwarding plane returns the peer's echo packets
+    /// ([`loops_echo_back`]), read when the session is created (before its
+    /// first packet), when echo mode comes on, and again every
+    /// [`LOOPBACK_RECHECK_NS`]; the session advertises a Required Min Echo
+    /// RX of 0 without it ([`Event::EchoLoopback`]).
+    fn check_loopback(&mut self, discriminator: u32) {
+        let now = self.now();
+        let (Some(session), Some(io)) = (
+            self.registry.session(discriminator),
+            self.sessions.get_mut(&discriminator),
+        ) else {
+            return;
+        };
+        if !session.params().echo_mode
+            || !session.key().echo_capable()
+            || io
+                .loopback_checked
+                .is_some_and(|at| now.saturating_sub(at) < LOOPBACK_RECHECK_NS)
+        {
+            return;
+        }
+        io.loopback_checked = Some(now);
+        let forwarding = loops_echo_back(&io.key);
+        if forwarding != session.echo_loopback()
+            && let Some(actions) =
+                self.registry
+                    .handle(discriminator, Event::EchoLoopback(forwarding), now)
+        {
+            self.apply(discriminator, actions, None);
+        }
+    }
+
+    /// Sends one echo packet: opens the session's echo socket if needed,
+    /// looks the peer's MAC up, sends the frame. Any failure (no MAC yet,
+    /// the interface gone) is a transmit error: the packet is not sent, and
+    /// echo detection will take the session down if that lasts.
+    fn send_echo(&mut self, discriminator: u32, echo: &EchoPacket) {
+        let now = self.now();
+        let Some(io) = self.sessions.get_mut(&discriminator) else {
+            return;
+        };
+        if io.echo.is_none() {
+            let opened = open_echo(&io.key, io.echo_source_port).and_then(|e| {
+                let token = TOKEN_ECHO | u64::from(discriminator);
+                self.epoll
+                    .add(&e.socket, EpollEvent::new(EpollFlags::EPOLLIN, token))?;
+                Ok(e)
+            });
+            match opened {
+                Ok(e) => io.echo = Some(e),
+                Err(_) => {
+                    Shared::bump(&self.shared.tx_errors);
+                    return;
+                }
+            }
+        }
+        let e = io.echo.as_mut().expect("opened above");
+        let Some(mac) = self.neighbours.lookup(e.ifindex, e.peer, now) else {
+            Shared::bump(&self.shared.tx_errors);
+            return;
+        };
+        e.path.peer_mac = mac;
+        io.echo_ip_id = io.echo_ip_id.wrapping_add(1);
+        let bytes = frame::encode(&e.path, io.echo_ip_id, echo);
+        match e.socket.send(&bytes) {
+            Ok(()) => {
+                io.echo_sent += 1;
+                Shared::bump(&self.shared.echo_tx);
+            }
+            Err(err) => {
+                Shared::bump(&self.shared.tx_errors);
+                // A full queue is transient; anything else (the interface
+                // went away) reopens the socket next time.
+                if err.kind() != io::ErrorKind::WouldBlock
+                    && err.raw_os_error() != Some(Errno::ENOBUFS as i32)
+                {
+                    io.echo = None;
+                }
+            }
+        }
     }
 
     fn send(&mut self, discriminator: u32, packet: &ControlPacket) {
@@ -570,6 +742,44 @@ impl EventLoop {
             self.subscribers.retain(|s| s.send(event.clone()).is_ok());
         }
     }
+}
+
+/// Whether the kernel would return the peer's echo packets on `key`'s path
+/// (addressed to the peer itself, they arrive at our MAC and are routed
+/// back out of the same interface): IPv4 forwarding on the session's
+/// interface, read in the thread's namespace. Unreadable (no such
+/// interface yet) counts as no.
+fn loops_echo_back(key: &SessionKey) -> bool {
+    key.interface
+        .as_deref()
+        .and_then(sys::ipv4_forwarding)
+        .unwrap_or(false)
+}
+
+/// The echo socket of a single-hop IPv4 session: our interface's index and
+/// MAC, a packet socket filtered to our address.
+fn open_echo(key: &SessionKey, source_port: u16) -> io::Result<EchoIo> {
+    let (IpAddr::V4(local), IpAddr::V4(peer), Some(interface)) =
+        (key.local, key.remote, key.interface.as_deref())
+    else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{key}: echo runs on single-hop IPv4 sessions only"),
+        ));
+    };
+    let (ifindex, local_mac) = sys::link(interface)?;
+    let socket = PacketSocket::open(ifindex, frame::ETHERTYPE_IPV4, &frame::echo_filter(local))?;
+    Ok(EchoIo {
+        socket,
+        ifindex,
+        peer,
+        path: EchoPath {
+            local_mac,
+            peer_mac: [0; 6],
+            address: local,
+            source_port,
+        },
+    })
 }
 
 /// What wakes a watch receiver: everything but counters and timestamps.

@@ -120,6 +120,9 @@ pub(crate) struct Shared {
     pub(crate) rx_unmatched: AtomicU64,
     pub(crate) rx_errors: AtomicU64,
     pub(crate) tx_errors: AtomicU64,
+    pub(crate) echo_tx: AtomicU64,
+    pub(crate) echo_rx: AtomicU64,
+    pub(crate) echo_rx_ignored: AtomicU64,
     pub(crate) sessions: AtomicU64,
     pub(crate) tx_lateness: AtomicHistogram,
 }
@@ -135,6 +138,9 @@ impl Shared {
             rx_unmatched: AtomicU64::new(0),
             rx_errors: AtomicU64::new(0),
             tx_errors: AtomicU64::new(0),
+            echo_tx: AtomicU64::new(0),
+            echo_rx: AtomicU64::new(0),
+            echo_rx_ignored: AtomicU64::new(0),
             sessions: AtomicU64::new(0),
             tx_lateness: AtomicHistogram::new(),
         }
@@ -158,6 +164,9 @@ impl Shared {
             rx_unmatched: load(&self.rx_unmatched),
             rx_errors: load(&self.rx_errors),
             tx_errors: load(&self.tx_errors),
+            echo_tx: load(&self.echo_tx),
+            echo_rx: load(&self.echo_rx),
+            echo_rx_ignored: load(&self.echo_rx_ignored),
             sessions: load(&self.sessions),
         }
     }
@@ -181,8 +190,16 @@ pub struct RuntimeStats {
     pub rx_unmatched: u64,
     /// `recvmsg` errors.
     pub rx_errors: u64,
-    /// Failed sends (including a transmit socket that could not be opened).
+    /// Failed sends, control and echo (including a socket that could not be
+    /// opened, and an echo packet not sent for want of the peer's MAC).
     pub tx_errors: u64,
+    /// Echo packets sent (the kernel took them).
+    pub echo_tx: u64,
+    /// Frames caught on the echo sockets (before any check).
+    pub echo_rx: u64,
+    /// Of those, the ones that were not the session's own echo back
+    /// (another session's on the same address, a wrong TTL or checksum).
+    pub echo_rx_ignored: u64,
     /// Sessions.
     pub sessions: u64,
 }

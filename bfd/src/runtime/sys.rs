@@ -178,3 +178,87 @@ pub fn interface_name(index: u32) -> Option<String> {
         .ok()
         .map(|name| name.to_string_lossy().into_owned())
 }
+
+/// The index and MAC address of interface `name` in the calling thread's
+/// network namespace (`getifaddrs`, which asks the kernel over netlink).
+pub fn link(name: &str) -> io::Result<(u32, crate::frame::MacAddr)> {
+    for entry in nix::ifaddrs::getifaddrs()? {
+        if entry.interface_name != name {
+            continue;
+        }
+        let Some(link) = entry.address.as_ref().and_then(|a| a.as_link_addr()) else {
+            continue;
+        };
+        let Some(mac) = link.addr() else { continue };
+        let index = u32::try_from(link.ifindex())
+            .map_err(|_| io::Error::other(format!("interface {name}: index out of range")))?;
+        return Ok((index, mac));
+    }
+    Err(io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("no interface {name} with a MAC address"),
+    ))
+}
+
+/// Whether the kernel forwards IPv4 packets arriving on interface `name`
+/// (`net.ipv4.conf.<name>.forwarding`, read in the calling thread's network
+/// namespace: `/proc/sys/net` follows the reading thread's). `None` when it
+/// cannot be read (no such interface).
+pub fn ipv4_forwarding(name: &str) -> Option<bool> {
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return None;
+    }
+    let value =
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/conf/{name}/forwarding")).ok()?;
+    Some(value.trim() != "0")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forwarding_of_odd_names_is_not_read() {
+        for name in ["", ".", "..", "../../kernel/x", "a/b"] {
+            assert_eq!(ipv4_forwarding(name), None, "{name:?}");
+        }
+        assert_eq!(ipv4_forwarding("no-such-interface0"), None);
+    }
+
+    /// The interface, its MAC and its forwarding flag are read in the
+    /// calling thread's network namespace (the runtime thread enters the
+    /// session's), not the process's: a thread with a namespace of its own
+    /// and a veth pair there (both ends inside; nothing addressed, nothing
+    /// up) sees it, the rest of the process does not. Needs root.
+    #[test]
+    fn links_and_sysctls_follow_the_thread_namespace() {
+        const NAME: &str = "bfdtest0";
+        let seen = std::thread::spawn(|| {
+            match nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET) {
+                Ok(()) => {}
+                Err(Errno::EPERM) => return None,
+                Err(e) => panic!("unshare: {e}"),
+            }
+            let ok = std::process::Command::new("ip")
+                .args(["link", "add", NAME, "address", "02:00:00:00:00:42"])
+                .args(["type", "veth", "peer", "name", "bfdtest1"])
+                .status()
+                .expect("`ip` runs")
+                .success();
+            assert!(ok, "ip link add {NAME} type veth");
+            Some((link(NAME).expect("the dummy link"), ipv4_forwarding(NAME)))
+        })
+        .join()
+        .expect("the test thread panicked");
+        let Some(((index, mac), forwarding)) = seen else {
+            eprintln!("skipped: no privilege for a network namespace");
+            return;
+        };
+        assert!(index > 0);
+        assert_eq!(mac, [0x02, 0, 0, 0, 0, 0x42]);
+        assert_eq!(forwarding, Some(false), "a new namespace does not forward");
+        // Not in this thread's namespace.
+        assert!(link(NAME).is_err());
+        assert_eq!(ipv4_forwarding(NAME), None);
+    }
+}

@@ -1228,6 +1228,7 @@ fn foreign_or_stale_echoes_are_dropped() {
     assert_eq!(s.counters().echo_in, 1);
     assert_ne!(armed(&a, Timer::EchoDetect), before);
     assert_eq!(s.status().last_echo_rtt_ns, Some(2 * MS));
+    assert_eq!(s.status().last_echo_rx_ns, Some(32 * MS));
     // Not running: dropped.
     let mut idle = up(echo_params());
     idle.handle(
@@ -1247,6 +1248,133 @@ fn disabling_echo_mode_stops_echo_without_a_flap() {
     assert!(!s.echo_active());
     assert!(changes(&a).is_empty());
     assert_eq!(s.status().advertised_min_echo_rx_us, 0);
+}
+
+#[test]
+fn no_echo_without_echo_mode_even_if_the_remote_accepts_it() {
+    let mut s = up(Parameters::default());
+    let mut now = 30 * MS;
+    for _ in 0..20 {
+        let a = rx(
+            &mut s,
+            ControlPacket {
+                required_min_echo_rx_us: 50_000,
+                ..remote(State::Up)
+            },
+            now,
+        );
+        assert!(echoes(&a).is_empty());
+        assert_eq!(armed(&a, Timer::EchoTx), None);
+        assert_eq!(armed(&a, Timer::EchoDetect), None);
+        now += 100 * MS;
+    }
+    assert!(!s.echo_active());
+    let st = s.status();
+    assert_eq!(st.advertised_min_echo_rx_us, 0);
+    assert_eq!((st.echo_tx_interval_us, st.echo_detection_time_us), (0, 0));
+    assert_eq!(st.advertised_min_rx_us, 300_000, "control not slowed");
+    assert_eq!(
+        (s.deadline(Timer::EchoTx), s.deadline(Timer::EchoDetect)),
+        (None, None)
+    );
+    assert_eq!(s.counters().echo_out, 0);
+}
+
+#[test]
+fn enabling_echo_mode_while_up_starts_echo_without_a_flap() {
+    let mut s = up(Parameters::default());
+    rx(
+        &mut s,
+        ControlPacket {
+            required_min_echo_rx_us: 50_000,
+            ..remote(State::Up)
+        },
+        30 * MS,
+    );
+    assert!(!s.echo_active());
+    let a = s.handle(Event::ParametersChanged(echo_params()), 40 * MS);
+    assert!(changes(&a).is_empty());
+    assert!(s.echo_active());
+    assert_eq!(echoes(&a).len(), 1, "the first echo goes at once");
+    assert_eq!(armed(&a, Timer::EchoTx), Some(90 * MS));
+    assert_eq!(armed(&a, Timer::EchoDetect), Some(40 * MS + 150 * MS));
+}
+
+#[test]
+fn echo_detection_time_is_our_multiplier_times_the_echo_interval() {
+    // Ours 5, the remote's 3: echo detection uses ours (the packets are
+    // ours), control detection the remote's.
+    let p = Parameters {
+        detect_multiplier: 5,
+        echo_interval_ms: 40,
+        ..echo_params()
+    };
+    let mut s = up(p);
+    let a = rx(
+        &mut s,
+        ControlPacket {
+            required_min_echo_rx_us: 20_000,
+            ..remote(State::Up)
+        },
+        30 * MS,
+    );
+    assert_eq!(s.echo_detection_time_us(), 200_000);
+    assert_eq!(s.status().echo_detection_time_us, 200_000);
+    assert_eq!(armed(&a, Timer::EchoDetect), Some(30 * MS + 200 * MS));
+    // Nothing comes back: Down with diagnostic 2 exactly then, while the
+    // control side is still alive.
+    let at = s.deadline(Timer::EchoDetect).unwrap();
+    assert!(s.deadline(Timer::Detect).unwrap() > at);
+    let before = s.handle(Event::TimerExpired(Timer::EchoDetect), at - 1);
+    assert!(changes(&before).is_empty(), "not before its time");
+    let a = s.handle(Event::TimerExpired(Timer::EchoDetect), at);
+    let c = changes(&a);
+    assert_eq!(c.len(), 1);
+    assert_eq!(
+        (c[0].to, c[0].diag),
+        (State::Down, Diagnostic::EchoFunctionFailed)
+    );
+    assert_eq!(s.local_diag(), Diagnostic::EchoFunctionFailed);
+}
+
+#[test]
+fn without_loopback_we_invite_no_echo_but_still_send_ours() {
+    let mut s = started(echo_params());
+    assert!(s.echo_loopback());
+    assert_eq!(s.status().advertised_min_echo_rx_us, 50_000);
+    let a = s.handle(Event::EchoLoopback(false), MS);
+    assert!(a.iter().all(|a| !matches!(a, Action::StateChanged(_))));
+    assert!(!s.echo_loopback());
+    assert_eq!(s.status().advertised_min_echo_rx_us, 0);
+    // The packets we send say so.
+    rx(&mut s, remote(State::Down), 10 * MS);
+    let a = rx(&mut s, remote(State::Up), 20 * MS);
+    assert_eq!(s.state(), State::Up);
+    let deadline = s.deadline(Timer::Tx).unwrap();
+    let a = [a, s.handle(Event::TimerExpired(Timer::Tx), deadline)].concat();
+    let p = sent(&a);
+    assert!(!p.is_empty());
+    assert!(p.iter().all(|p| p.required_min_echo_rx_us == 0), "{p:?}");
+    // Our own echo depends on the remote's value only.
+    let a = rx(
+        &mut s,
+        ControlPacket {
+            required_min_echo_rx_us: 20_000,
+            ..remote(State::Up)
+        },
+        deadline + MS,
+    );
+    assert!(s.echo_active());
+    assert_eq!(echoes(&a).len(), 1);
+    // Forwarding back on: advertised again, no flap, echo unchanged.
+    let a = s.handle(Event::EchoLoopback(true), deadline + 2 * MS);
+    assert!(changes(&a).is_empty());
+    assert_eq!(s.status().advertised_min_echo_rx_us, 50_000);
+    assert!(s.echo_active());
+    // Without echo mode the flag changes nothing.
+    let mut plain = started(Parameters::default());
+    plain.handle(Event::EchoLoopback(true), MS);
+    assert_eq!(plain.status().advertised_min_echo_rx_us, 0);
 }
 
 // ---- serde ----
