@@ -6,8 +6,9 @@
 //! [`Session::spawn`] starts the task and the session (ManualStart); the
 //! [`Session`] handle is the API: [`Session::set_advertisements`],
 //! [`Session::reset`] (BFD coupling), [`Session::shutdown`] (Cease /
-//! Administrative Shutdown) and [`Session::deconfigure`] (Cease / Peer
-//! De-configured), [`Session::state`] and [`Session::events`].
+//! Administrative Shutdown), [`Session::deconfigure`] (Cease / Peer
+//! De-configured) and [`Session::planned_restart`] (graceful restart,
+//! RFC 4724 / RFC 8538), [`Session::state`] and [`Session::events`].
 //!
 //! Inside the task:
 //! - each connection has a reader task (raw bytes to the session task,
@@ -160,9 +161,20 @@ enum Command {
     SetAdvertisements(Vec<Advertisement>),
     Reset(String),
     Stop {
-        deconfigure: Option<String>,
+        how: Close,
         done: oneshot::Sender<()>,
     },
+}
+
+/// How [`Session`] closes for good.
+enum Close {
+    /// Cease/Administrative Shutdown with an RFC 9003 message.
+    AdminShutdown(String),
+    /// Cease/Peer De-configured.
+    Deconfigured,
+    /// [`Input::PlannedRestart`]: the peer keeps our routes when graceful
+    /// restart was negotiated.
+    PlannedRestart(String),
 }
 
 enum Event {
@@ -278,26 +290,35 @@ impl Session {
     }
 
     /// Closes with Cease/Administrative Shutdown and `message` (RFC 9003),
-    /// waits for it to be flushed (bounded) and ends the task.
+    /// waits for it to be flushed (bounded) and ends the task. With the
+    /// RFC 8538 N bit negotiated it is wrapped in Hard Reset: the peer
+    /// drops our routes at once either way.
     pub async fn shutdown(mut self, message: impl Into<String>) {
-        self.stop(Some(message.into())).await;
+        self.stop(Close::AdminShutdown(message.into())).await;
     }
 
     /// Closes with Cease/Peer De-configured and ends the task.
     pub async fn deconfigure(mut self) {
-        self.stop(None).await;
+        self.stop(Close::Deconfigured).await;
     }
 
-    async fn stop(&mut self, message: Option<String>) {
+    /// A planned restart of this speaker (RFC 4724): with graceful restart
+    /// negotiated the connection closes without NOTIFICATION, or with
+    /// Cease/Administrative Reset carrying `message` when the RFC 8538 N
+    /// bit was negotiated, so the peer keeps our routes (as stale) for the
+    /// restart time we advertised; nothing is withdrawn. The speaker that
+    /// comes back announces its prefixes and End-of-RIB, after which the
+    /// peer removes the stale routes it did not get again. Without graceful
+    /// restart this is Cease/Administrative Reset and the peer drops our
+    /// routes. Waits for the close to be flushed (bounded) and ends the
+    /// task.
+    pub async fn planned_restart(mut self, message: impl Into<String>) {
+        self.stop(Close::PlannedRestart(message.into())).await;
+    }
+
+    async fn stop(&mut self, how: Close) {
         let (done, wait) = oneshot::channel();
-        if self
-            .commands
-            .send(Command::Stop {
-                deconfigure: message,
-                done,
-            })
-            .is_ok()
-        {
+        if self.commands.send(Command::Stop { how, done }).is_ok() {
             let _ = wait.await;
         }
         if let Some(task) = self.task.take() {
@@ -365,12 +386,16 @@ impl Driver {
                         self.drain();
                     }
                     Some(Command::Reset(reason)) => self.input(Input::Reset { reason }),
-                    Some(Command::Stop { deconfigure, done }) => {
+                    Some(Command::Stop { how, done }) => {
                         self.stopping = true;
-                        match deconfigure {
-                            Some(message) => self.input(Input::AdminShutdown { message }),
-                            None => self.input(Input::Deconfigured),
-                        }
+                        self.input(match how {
+                            Close::AdminShutdown(message) => Input::AdminShutdown { message },
+                            Close::Deconfigured => Input::Deconfigured,
+                            Close::PlannedRestart(message) => Input::PlannedRestart {
+                                message,
+                                hard: false,
+                            },
+                        });
                         self.publish();
                         self.finish().await;
                         let _ = done.send(());

@@ -1518,6 +1518,105 @@ fn planned_restart_with_graceful_restart() {
     assert!(negotiated(&out).unwrap().notification_gr());
 }
 
+/// Our graceful restart capability in `open`.
+fn gr_of(open: &Open) -> GracefulRestart {
+    open.capabilities()
+        .into_iter()
+        .find_map(|c| match c {
+            Capability::GracefulRestart(gr) => Some(gr.clone()),
+            _ => None,
+        })
+        .expect("a graceful restart capability")
+}
+
+#[test]
+fn restart_state_bit_until_the_first_established() {
+    let mut c = config();
+    c.enable_graceful_restart(30, true, true);
+    let mut s = session(c);
+    assert!(s.restart_state());
+    s.process(Input::ManualStart);
+    let out = s.process(tcp_acked(A1));
+    let ours = gr_of(&our_open(&out, A1));
+    // R and N, restart time, both families with the F bit.
+    assert!(ours.restart_state() && ours.notification());
+    assert_eq!(ours.restart_time, 30);
+    assert_eq!(
+        ours.families,
+        vec![
+            GracefulRestartFamily {
+                family: Family::IPV4_UNICAST,
+                flags: GracefulRestartFamily::FORWARDING_STATE,
+            },
+            GracefulRestartFamily {
+                family: Family::IPV6_UNICAST,
+                flags: GracefulRestartFamily::FORWARDING_STATE,
+            },
+        ]
+    );
+    // An attempt that fails before Established keeps the R bit.
+    s.process(Input::TcpConnectionFails { conn: A1 });
+    s.process(Input::ConnectRetryTimerExpired);
+    let out = s.process(tcp_acked(A2));
+    assert!(gr_of(&our_open(&out, A2)).restart_state());
+    let mut caps = peer_caps(PEER_AS);
+    caps.push(Capability::GracefulRestart(gr(true)));
+    s.process(received(A2, open_from(PEER_AS, PEER_ID_HIGH, 90, caps)));
+    s.process(received(A2, Message::Keepalive));
+    assert_eq!(s.state(), FsmState::Established);
+    assert!(!s.restart_state());
+    // The next session is a reconnection, not a restart: no R bit, the
+    // rest unchanged.
+    s.process(Input::TcpConnectionFails { conn: A2 });
+    let a3 = connects(&s.process(Input::IdleHoldTimerExpired))
+        .pop()
+        .expect("a new attempt");
+    let out = s.process(tcp_acked(a3));
+    let ours = gr_of(&our_open(&out, a3));
+    assert!(!ours.restart_state());
+    assert!(ours.notification());
+    assert!(ours.families.iter().all(|f| f.forwarding_state()));
+    // A speaker that did not restart never sends it.
+    let mut c = config();
+    c.enable_graceful_restart(30, false, false);
+    let mut s = session(c);
+    assert!(!s.restart_state());
+    s.process(Input::ManualStart);
+    let out = s.process(tcp_acked(A1));
+    let ours = gr_of(&our_open(&out, A1));
+    assert!(!ours.restart_state() && !ours.notification());
+}
+
+#[test]
+fn planned_restart_leaves_nothing_to_resend_and_stays_idle() {
+    // Graceful close: no NOTIFICATION, no automatic restart (the process
+    // is going away), and the Adj-RIB-Out is reported void.
+    let (s, out) = stop_with(
+        established_gr(Some(false), Some(false)),
+        Input::PlannedRestart {
+            message: "upgrade".into(),
+            hard: false,
+        },
+    );
+    assert!(sent(&out).is_empty());
+    assert!(s.armed_timers().is_empty());
+    match session_down(&out) {
+        Some(Output::SessionDown {
+            reason,
+            notification: None,
+            was_established: true,
+            ..
+        }) => assert_eq!(
+            reason,
+            DownReason::PlannedRestart {
+                message: "upgrade".into(),
+                hard: false
+            }
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn reset_sends_bfd_down_and_restarts() {
     let mut s = at(config(), FsmState::Established);

@@ -8,8 +8,11 @@
 //! environment variable (JSON). The `helper_speaker` "test" then runs
 //! [`bgp::session::Session`] exactly as `metallbctl bgp-probe` does, prints
 //! every event as a JSON line, and on SIGTERM withdraws everything and
-//! closes with Cease/Administrative Shutdown. Without the variable it
-//! returns at once. This needs no other binary to be built (`cargo test -p
+//! closes with Cease/Administrative Shutdown. SIGUSR1 is a planned restart
+//! ([`bgp::session::Session::planned_restart`]: nothing withdrawn, graceful
+//! restart leaves our routes at the peer); SIGUSR2 closes with the Cease
+//! of SIGTERM without withdrawing first. Without the variable it returns at
+//! once. This needs no other binary to be built (`cargo test -p
 //! bgp` does not build `metallbctl`, and `CARGO_BIN_EXE_*` is per crate),
 //! and no `setns` inside a multi-threaded tokio runtime.
 //!
@@ -64,6 +67,15 @@ async fn run_helper(spec: &str) -> Result<()> {
     let mut fsm = Config::new(my_asn, PeerAs::Fixed(peer_asn), "node-1");
     fsm.hold_time = v["hold_time"].as_u64().map(|h| h as u16);
     fsm.connect_time = Some(2);
+    fsm.enhanced_route_refresh = v["enhanced_route_refresh"].as_bool().unwrap_or(false);
+    let gr = &v["graceful_restart"];
+    if gr.is_object() {
+        fsm.enable_graceful_restart(
+            gr["restart_time"].as_u64().context("restart_time")? as u16,
+            gr["notification"].as_bool().unwrap_or(false),
+            gr["restarted"].as_bool().unwrap_or(false),
+        );
+    }
     let mut cfg = PeerConfig::new(fsm, std::net::SocketAddr::new(peer, 179));
     cfg.password = v["password"].as_str().map(str::to_owned);
     cfg.ebgp_multihop = v["multihop"].as_bool().unwrap_or(false);
@@ -107,24 +119,47 @@ async fn run_helper(spec: &str) -> Result<()> {
         .collect();
 
     let mut term = signal(SignalKind::terminate())?;
+    let mut usr1 = signal(SignalKind::user_defined1())?;
+    let mut usr2 = signal(SignalKind::user_defined2())?;
     let session = Session::spawn(cfg, None)?;
     let mut events = session.events();
     let mut state = session.state();
+    // Before the session can come up: End-of-RIB follows these.
     session.set_advertisements(ads)?;
     println!("{{\"event\":\"helper_started\"}}");
-    loop {
+    let how = loop {
         tokio::select! {
-            _ = term.recv() => break,
+            _ = term.recv() => break "shutdown",
+            _ = usr1.recv() => break "planned_restart",
+            _ = usr2.recv() => break "cease",
             Ok(ev) = events.recv() => println!("{}", serde_json::to_string(&ev)?),
             Ok(()) = state.changed() => {
                 let s = state.borrow_and_update().clone();
                 println!("{}", serde_json::json!({"event": "state", "state": s}));
             }
         }
+    };
+    let last = session.state();
+    match how {
+        "shutdown" => {
+            session.set_advertisements(Vec::new())?;
+            session.shutdown("interop test done").await;
+        }
+        "planned_restart" => session.planned_restart("interop planned restart").await,
+        _ => session.shutdown("interop test stop").await,
     }
-    session.set_advertisements(Vec::new())?;
-    session.shutdown("interop test done").await;
-    println!("{{\"event\":\"stopped\"}}");
+    // The state as the session task left it (counters of what it sent
+    // while closing, the last error).
+    let s = last.borrow().clone();
+    println!(
+        "{}",
+        serde_json::json!({"event": "final_state", "state": s})
+    );
+    if how == "shutdown" {
+        println!("{{\"event\":\"stopped\"}}");
+    } else {
+        println!("{}", serde_json::json!({"event": "stopped", "how": how}));
+    }
     Ok(())
 }
 
@@ -136,10 +171,10 @@ struct Speaker {
 impl Speaker {
     fn start(ns: &Netns, spec: serde_json::Value) -> Result<Speaker> {
         let exe = std::env::current_exe()?;
-        let log = ns.state_dir().join(format!(
-            "speaker-{}.log",
-            Instant::now().elapsed().as_nanos() ^ u128::from(std::process::id())
-        ));
+        // One log per speaker: a test may start several in one lab.
+        static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = ns.state_dir().join(format!("speaker-{n}.log"));
         let mut cmd = ns.command(&exe);
         cmd.args([
             "--exact",
@@ -199,6 +234,72 @@ impl Speaker {
             .rev()
             .find(|e| e["event"] == "state" && !e["state"]["last_error"].is_null())
             .map(|e| e["state"]["last_error"]["text"].to_string())
+    }
+
+    /// The published state in the latest `state` event.
+    fn last_state(&self) -> Option<serde_json::Value> {
+        self.events()
+            .into_iter()
+            .rev()
+            .find(|e| e["event"] == "state")
+            .map(|e| e["state"].clone())
+    }
+
+    /// Waits until the latest published state satisfies `f`; returns it.
+    fn wait_state(
+        &self,
+        what: &str,
+        timeout: Duration,
+        f: impl Fn(&serde_json::Value) -> bool,
+    ) -> Result<serde_json::Value> {
+        wait_until(timeout, Duration::from_millis(100), || {
+            match self.last_state() {
+                Some(s) if f(&s) => Ok(s),
+                _ => Err(format!("no {what} yet")),
+            }
+        })
+        .map_err(|e| anyhow::anyhow!("{e}; speaker log:\n{}", self.log()))
+    }
+
+    /// The negotiation reported by the `negotiated` event.
+    fn negotiated(&self) -> Result<serde_json::Value> {
+        self.wait_event("negotiated", Duration::from_secs(10), |e| {
+            e["event"] == "negotiated"
+        })?;
+        self.events()
+            .into_iter()
+            .rev()
+            .find(|e| e["event"] == "negotiated")
+            .context("a negotiated event")
+    }
+
+    /// SIGUSR1 (planned restart) or SIGUSR2 (Cease, nothing withdrawn):
+    /// the process closes the session that way and exits; returns the
+    /// state it left (`final_state`).
+    fn stop_as(mut self, how: &str) -> Result<serde_json::Value> {
+        let sig = match how {
+            "planned_restart" => testkit::process::Signal::USR1,
+            "cease" => testkit::process::Signal::USR2,
+            other => anyhow::bail!("no way to stop {other:?}"),
+        };
+        let status = self.child.stop_with(sig, Duration::from_secs(10))?;
+        let log = self.child.log();
+        println!("speaker log:\n{log}");
+        let events: Vec<serde_json::Value> = log
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        ensure!(
+            events
+                .iter()
+                .any(|e| e["event"] == "stopped" && e["how"] == how),
+            "speaker did not stop by {how} ({status}):\n{log}"
+        );
+        events
+            .into_iter()
+            .find(|e| e["event"] == "final_state")
+            .map(|e| e["state"].clone())
+            .context("no final state")
     }
 
     /// SIGTERM: withdraw, Cease, exit.
@@ -793,4 +894,380 @@ fn peer_restart_reconnect_resend_bird() -> Result<()> {
 #[test]
 fn peer_restart_reconnect_resend_gobgp() -> Result<()> {
     peer_restart_reconnect_resend(RouterKind::Gobgp)
+}
+
+// ---------------------------------------------------------------- graceful restart
+
+/// The restart time we advertise in the graceful restart rows: the peer
+/// keeps our routes this long while we are away. Our restart takes a few
+/// seconds; the rows check that it came back well within this.
+const GR_RESTART_TIME: u64 = 30;
+const GR_PREFIXES: [&str; 2] = ["198.51.100.70/32", "198.51.100.71/32"];
+
+/// An eBGP IPv4 session offering graceful restart (RFC 4724: restart time,
+/// every family with the Forwarding State bit; the RFC 8538 N bit when
+/// `notification`; the R bit when `restarted`).
+fn gr_spec(
+    at: &L2Router,
+    prefixes: &[&str],
+    restart_time: u64,
+    notification: bool,
+    restarted: bool,
+) -> serde_json::Value {
+    let mut s = ebgp_spec(at, Family::Ipv4, prefixes);
+    s["graceful_restart"] = serde_json::json!({
+        "restart_time": restart_time,
+        "notification": notification,
+        "restarted": restarted,
+    });
+    s
+}
+
+/// What the router shows of our routes: all of `want` in its table, and
+/// kept as stale (FRR and GoBGP flag the paths, BIRD says its helper
+/// procedure runs) when `stale`, or not when `!stale`.
+fn check_gr_view(router: &Router, want: &[&str], stale: bool) -> std::result::Result<(), String> {
+    let have = router
+        .prefixes(Family::Ipv4)
+        .map_err(|e| format!("{e:#}"))?;
+    let mut want_sorted: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+    want_sorted.sort();
+    if have != want_sorted {
+        return Err(format!("table {have:?}, want {want_sorted:?}"));
+    }
+    match router
+        .stale_prefixes(Family::Ipv4)
+        .map_err(|e| format!("{e:#}"))?
+    {
+        Some(s) if stale && s != want_sorted => Err(format!("stale {s:?}, want all")),
+        Some(s) if !stale && !s.is_empty() => Err(format!("stale {s:?}, want none")),
+        Some(_) => Ok(()),
+        None => match router
+            .graceful_restart_active(node1_v4())
+            .map_err(|e| format!("{e:#}"))?
+        {
+            Some(active) if active != stale => {
+                Err(format!("graceful restart active: {active}, want {stale}"))
+            }
+            _ => Ok(()),
+        },
+    }
+}
+
+/// Our planned restart with graceful restart negotiated (RFC 4724; with
+/// the RFC 8538 N bit when `n_bit`): the speaker closes without
+/// NOTIFICATION (N bit: Cease/Administrative Reset) and exits; the router
+/// keeps both prefixes as stale while we are away; a new speaker (R bit)
+/// announces only the first, and after its End-of-RIB the router has
+/// exactly that one, no longer stale. The new session comes up well within
+/// the restart time, so the removal is the End-of-RIB's doing, not the
+/// restart timer's.
+fn graceful_restart_ours(kind: RouterKind, n_bit: bool) -> Result<()> {
+    let (_serial, lab) = setup()?;
+    let at = L2Router::of(kind);
+    let router = lab.start_l2_router(
+        &at.config()
+            .neighbor(Neighbor::new(node1_v4(), plan::NODE_AS).graceful_restart()),
+    )?;
+    let first = Speaker::start(
+        lab.node(1),
+        gr_spec(&at, &GR_PREFIXES, GR_RESTART_TIME, n_bit, false),
+    )?;
+    wait_router_established(&router, node1_v4(), &first)?;
+    wait_prefixes(&router, Family::Ipv4, &GR_PREFIXES).with_context(|| first.log())?;
+    let gr = first.negotiated()?["capabilities"]["graceful_restart"].clone();
+    ensure!(
+        gr.is_object(),
+        "{} did not negotiate graceful restart: {}",
+        kind.name(),
+        first.log()
+    );
+    ensure!(
+        gr["notification"] == n_bit,
+        "N bit negotiated: {}, want {n_bit}",
+        gr["notification"]
+    );
+    first.wait_state("End-of-RIB sent", Duration::from_secs(10), |s| {
+        s["rib_out"]["initial_sync_done"] == true
+    })?;
+
+    // Our planned restart.
+    let left = first.stop_as("planned_restart")?;
+    let stopped = Instant::now();
+    let notifications = left["sent"]["notifications"].as_u64();
+    let last_error = left["last_error"]["text"].as_str().unwrap_or_default();
+    if n_bit {
+        ensure!(
+            notifications == Some(1) && last_error.contains("Administrative Reset"),
+            "N bit: one Cease/Administrative Reset expected: {left}"
+        );
+    } else {
+        ensure!(
+            notifications == Some(0),
+            "no NOTIFICATION expected on a graceful restart: {left}"
+        );
+    }
+    wait_until(ROUTE_TIMEOUT, Duration::from_millis(250), || {
+        match router.established(node1_v4()) {
+            Ok(false) => Ok(()),
+            Ok(true) => Err("still established".to_string()),
+            Err(e) => Err(format!("{e:#}")),
+        }
+    })
+    .map_err(anyhow::Error::from)
+    .with_context(|| router.logs(30))?;
+    // During the gap: both prefixes kept, as stale.
+    wait_until(Duration::from_secs(10), Duration::from_millis(250), || {
+        check_gr_view(&router, &GR_PREFIXES, true)
+    })
+    .map_err(anyhow::Error::from)
+    .with_context(|| format!("during our restart; {}", router.logs(30)))?;
+    std::thread::sleep(Duration::from_secs(3));
+    check_gr_view(&router, &GR_PREFIXES, true)
+        .map_err(|e| anyhow::anyhow!("3 s into our restart: {e}"))?;
+    let gap = stopped.elapsed();
+
+    // Back, announcing only the first prefix.
+    let kept = &GR_PREFIXES[..1];
+    let second = Speaker::start(
+        lab.node(1),
+        gr_spec(&at, kept, GR_RESTART_TIME, n_bit, true),
+    )?;
+    wait_router_established(&router, node1_v4(), &second)?;
+    let back = stopped.elapsed();
+    ensure!(
+        back < Duration::from_secs(GR_RESTART_TIME - 5),
+        "the new session took {back:?}, too close to the restart time"
+    );
+    wait_until(ROUTE_TIMEOUT, Duration::from_millis(250), || {
+        check_gr_view(&router, kept, false)
+    })
+    .map_err(anyhow::Error::from)
+    .with_context(|| format!("after our End-of-RIB; {}", second.log()))?;
+    let clean = stopped.elapsed();
+    second.wait_state("End-of-RIB sent", Duration::from_secs(10), |s| {
+        s["rib_out"]["initial_sync_done"] == true
+    })?;
+    let routes = router.routes(Family::Ipv4)?;
+    ensure_next_hop(&routes, kept[0], node1_v4())?;
+    // The new session's UPDATEs reached the router (its counters restart
+    // with the session).
+    let updates = router.updates_received(node1_v4())?;
+    ensure!(updates >= 1, "the router counted {updates} UPDATEs from us");
+    println!(
+        "graceful restart ({}, N bit {n_bit}): gap {gap:?}, Established again after {back:?}, \
+         stale route gone after {clean:?}",
+        kind.name()
+    );
+    stop_and_wait_withdrawn(second, &router, &[Family::Ipv4])?;
+    Ok(())
+}
+
+#[test]
+fn graceful_restart_ours_frr() -> Result<()> {
+    graceful_restart_ours(RouterKind::Frr, false)
+}
+
+#[test]
+fn graceful_restart_ours_bird() -> Result<()> {
+    graceful_restart_ours(RouterKind::Bird, false)
+}
+
+#[test]
+fn graceful_restart_ours_gobgp() -> Result<()> {
+    graceful_restart_ours(RouterKind::Gobgp, false)
+}
+
+// No BIRD cell with the N bit: BIRD 2.0 does not offer it (RFC 8538), so
+// it is never negotiated; the Cease row below shows BIRD with our N bit
+// offered.
+
+#[test]
+fn graceful_restart_ours_n_bit_frr() -> Result<()> {
+    graceful_restart_ours(RouterKind::Frr, true)
+}
+
+#[test]
+fn graceful_restart_ours_n_bit_gobgp() -> Result<()> {
+    graceful_restart_ours(RouterKind::Gobgp, true)
+}
+
+/// The contrast: graceful restart negotiated (with the N bit where the
+/// router has it), but we stop with a Cease (Administrative Shutdown,
+/// wrapped in Hard Reset with the N bit) without withdrawing anything: the
+/// router drops our routes at once, although we advertised a restart time
+/// of 120 s.
+fn cease_drops_routes_despite_graceful_restart(kind: RouterKind) -> Result<()> {
+    let (_serial, lab) = setup()?;
+    let at = L2Router::of(kind);
+    let router = lab.start_l2_router(
+        &at.config()
+            .neighbor(Neighbor::new(node1_v4(), plan::NODE_AS).graceful_restart()),
+    )?;
+    let speaker = Speaker::start(lab.node(1), gr_spec(&at, &GR_PREFIXES, 120, true, false))?;
+    wait_router_established(&router, node1_v4(), &speaker)?;
+    wait_prefixes(&router, Family::Ipv4, &GR_PREFIXES).with_context(|| speaker.log())?;
+    let gr = speaker.negotiated()?["capabilities"]["graceful_restart"].clone();
+    ensure!(gr.is_object(), "graceful restart not negotiated");
+    let n_bit = gr["notification"] == true;
+    let left = speaker.stop_as("cease")?;
+    let stopped = Instant::now();
+    let text = left["last_error"]["text"].as_str().unwrap_or_default();
+    ensure!(
+        left["sent"]["notifications"] == 1 && text.contains("Administrative Shutdown"),
+        "one Cease/Administrative Shutdown expected: {left}"
+    );
+    ensure!(
+        text.contains("Hard Reset") == n_bit,
+        "Hard Reset exactly when the N bit was negotiated ({n_bit}): {text}"
+    );
+    wait_until(
+        Duration::from_secs(20),
+        Duration::from_millis(250),
+        || match router.prefixes(Family::Ipv4) {
+            Ok(p) if p.is_empty() => Ok(()),
+            Ok(p) => Err(format!("still has {p:?}")),
+            Err(e) => Err(format!("{e:#}")),
+        },
+    )
+    .map_err(anyhow::Error::from)
+    .with_context(|| router.logs(30))?;
+    println!(
+        "Cease ({}, N bit {n_bit}): routes gone after {:?}",
+        kind.name(),
+        stopped.elapsed()
+    );
+    Ok(())
+}
+
+#[test]
+fn cease_drops_routes_despite_graceful_restart_frr() -> Result<()> {
+    cease_drops_routes_despite_graceful_restart(RouterKind::Frr)
+}
+
+#[test]
+fn cease_drops_routes_despite_graceful_restart_bird() -> Result<()> {
+    cease_drops_routes_despite_graceful_restart(RouterKind::Bird)
+}
+
+#[test]
+fn cease_drops_routes_despite_graceful_restart_gobgp() -> Result<()> {
+    cease_drops_routes_despite_graceful_restart(RouterKind::Gobgp)
+}
+
+// ---------------------------------------------------------------- route refresh
+
+/// The router asks us for our routes again (ROUTE-REFRESH, RFC 2918; RFC
+/// 7313 when `enhanced`): we count the request, send our whole
+/// Adj-RIB-Out again (our UPDATE counter grows, and so does the router's
+/// count of UPDATEs from us), and the router still has every prefix. With
+/// enhanced route refresh the router marks our routes stale at our BoRR
+/// and removes at our EoRR those not sent again in between, so the
+/// prefixes still there were re-sent.
+fn route_refresh(kind: RouterKind, enhanced: bool) -> Result<()> {
+    let (_serial, lab) = setup()?;
+    let at = L2Router::of(kind);
+    let router = lab.start_l2_router(
+        &at.config()
+            .neighbor(Neighbor::new(node1_v4(), plan::NODE_AS)),
+    )?;
+    let mut s = ebgp_spec(&at, Family::Ipv4, &V4_PREFIXES);
+    s["enhanced_route_refresh"] = serde_json::json!(enhanced);
+    let speaker = Speaker::start(lab.node(1), s)?;
+    wait_router_established(&router, node1_v4(), &speaker)?;
+    wait_prefixes(&router, Family::Ipv4, &V4_PREFIXES).with_context(|| speaker.log())?;
+    let caps = speaker.negotiated()?["capabilities"].clone();
+    ensure!(
+        caps["route_refresh"] == true,
+        "route refresh not negotiated: {caps}"
+    );
+    ensure!(
+        caps["enhanced_route_refresh"] == enhanced,
+        "enhanced route refresh negotiated: {}, want {enhanced}",
+        caps["enhanced_route_refresh"]
+    );
+    let before = speaker.wait_state("End-of-RIB sent", Duration::from_secs(10), |s| {
+        s["rib_out"]["initial_sync_done"] == true
+    })?;
+    ensure!(
+        before["received"]["route_refresh"] == 0,
+        "a ROUTE-REFRESH before we asked for one: {before}"
+    );
+    let updates = before["sent"]["updates"].as_u64().context("sent updates")?;
+    let router_updates = router.updates_received(node1_v4())?;
+
+    router.request_route_refresh(node1_v4(), Family::Ipv4)?;
+    let after = speaker
+        .wait_state("a refresh answered", ROUTE_TIMEOUT, |s| {
+            s["received"]["route_refresh"].as_u64() >= Some(1)
+                && s["sent"]["updates"].as_u64() > Some(updates)
+        })
+        .with_context(|| router.logs(30))?;
+    if enhanced {
+        // BoRR and EoRR.
+        ensure!(
+            after["sent"]["route_refresh"].as_u64() >= Some(2),
+            "no BoRR/EoRR sent: {after}"
+        );
+    } else {
+        ensure!(
+            after["sent"]["route_refresh"] == 0,
+            "BoRR/EoRR without enhanced route refresh: {after}"
+        );
+    }
+    wait_until(ROUTE_TIMEOUT, Duration::from_millis(250), || {
+        match router.updates_received(node1_v4()) {
+            Ok(n) if n > router_updates => Ok(()),
+            Ok(n) => Err(format!("{n} updates received, {router_updates} before")),
+            Err(e) => Err(format!("{e:#}")),
+        }
+    })
+    .map_err(anyhow::Error::from)?;
+    // Everything still there (and, after an EoRR, for good).
+    std::thread::sleep(Duration::from_secs(1));
+    let have = router.prefixes(Family::Ipv4)?;
+    let mut want: Vec<String> = V4_PREFIXES.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    ensure!(
+        have == want,
+        "after the refresh {} has {have:?}",
+        kind.name()
+    );
+    if let Some(stale) = router.stale_prefixes(Family::Ipv4)? {
+        ensure!(stale.is_empty(), "stale after the refresh: {stale:?}");
+    }
+    println!(
+        "route refresh ({}, enhanced {enhanced}): {} UPDATEs sent before, {} after; \
+         the router counted {router_updates} then {}",
+        kind.name(),
+        updates,
+        after["sent"]["updates"],
+        router.updates_received(node1_v4())?
+    );
+    stop_and_wait_withdrawn(speaker, &router, &[Family::Ipv4])?;
+    Ok(())
+}
+
+// No GoBGP cells: GoBGP 3 keeps every Adj-RIB-In and its `neighbor X
+// softresetin` re-runs the import policy over it; it never sends a
+// ROUTE-REFRESH (it only answers them), nor offers enhanced route refresh.
+
+#[test]
+fn route_refresh_frr() -> Result<()> {
+    route_refresh(RouterKind::Frr, false)
+}
+
+#[test]
+fn route_refresh_bird() -> Result<()> {
+    route_refresh(RouterKind::Bird, false)
+}
+
+#[test]
+fn enhanced_route_refresh_frr() -> Result<()> {
+    route_refresh(RouterKind::Frr, true)
+}
+
+#[test]
+fn enhanced_route_refresh_bird() -> Result<()> {
+    route_refresh(RouterKind::Bird, true)
 }

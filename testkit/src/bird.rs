@@ -32,6 +32,10 @@ pub struct BirdNeighbor {
     pub families: Vec<Family>,
     /// (hold, keepalive) seconds.
     pub timers: Option<(u32, u32)>,
+    /// `graceful restart aware;`: BIRD keeps the neighbor's routes as
+    /// stale across its graceful restart (RFC 4724 helper; BIRD 2.0 has no
+    /// RFC 8538 N bit).
+    pub graceful_restart: bool,
 }
 
 impl BirdNeighbor {
@@ -47,7 +51,14 @@ impl BirdNeighbor {
             passive: false,
             families: vec![Family::of(addr)],
             timers: None,
+            graceful_restart: false,
         }
+    }
+
+    /// Graceful restart helper for this neighbor (see the field).
+    pub fn graceful_restart(mut self) -> Self {
+        self.graceful_restart = true;
+        self
     }
 
     pub fn multihop(mut self, ttl: u8) -> Self {
@@ -188,6 +199,9 @@ impl BirdConfig {
             }
             if let Some((h, k)) = n.timers {
                 let _ = writeln!(s, "  hold time {h};\n  keepalive time {k};");
+            }
+            if n.graceful_restart {
+                let _ = writeln!(s, "  graceful restart aware;");
             }
             let _ = writeln!(s, "  connect retry time 5;");
             for f in &n.families {
@@ -536,6 +550,43 @@ impl Bird {
             .map(|p| p.bgp_state.unwrap_or(p.info)))
     }
 
+    /// The name of the BGP protocol whose neighbor is `addr`.
+    pub fn protocol_of(&self, addr: IpAddr) -> Result<Option<String>> {
+        Ok(self
+            .protocols()?
+            .into_iter()
+            .find(|p| {
+                p.proto == "BGP"
+                    && p.neighbor_address
+                        .as_deref()
+                        .and_then(|a| a.parse::<IpAddr>().ok())
+                        == Some(addr)
+            })
+            .map(|p| p.name))
+    }
+
+    /// Whether BIRD keeps the routes of the neighbor at `addr` through its
+    /// graceful restart (`Neighbor graceful restart active` in `show
+    /// protocols all`).
+    pub fn graceful_restart_active(&self, addr: IpAddr) -> Result<bool> {
+        let Some(name) = self.protocol_of(addr)? else {
+            bail!("BIRD has no BGP protocol for {addr}");
+        };
+        let text = self.birdc(&format!("show protocols all {name}"))?;
+        Ok(graceful_restart_active_in(&text))
+    }
+
+    /// How many route updates BIRD received from the neighbor at `addr`,
+    /// accepted or ignored as duplicates (the `received` column of `Import
+    /// updates` in `show protocols all`, summed over the channels).
+    pub fn import_updates(&self, addr: IpAddr) -> Result<u64> {
+        let Some(name) = self.protocol_of(addr)? else {
+            bail!("BIRD has no BGP protocol for {addr}");
+        };
+        let text = self.birdc(&format!("show protocols all {name}"))?;
+        Ok(import_updates_received_in(&text))
+    }
+
     /// `show route all`, parsed (both tables).
     pub fn routes(&self) -> Result<Vec<BirdRoute>> {
         Ok(parse_routes(&self.birdc("show route all")?))
@@ -602,6 +653,21 @@ impl Drop for Bird {
     }
 }
 
+/// `Neighbor graceful restart active` in one protocol's `show protocols
+/// all` text.
+fn graceful_restart_active_in(text: &str) -> bool {
+    text.lines()
+        .any(|l| l.trim() == "Neighbor graceful restart active")
+}
+
+/// The sum of the `received` column of the `Import updates:` lines.
+fn import_updates_received_in(text: &str) -> u64 {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("Import updates:"))
+        .filter_map(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -646,6 +712,29 @@ frr        BGP        ---        up     2026-01-01 10:00:05  Established
         assert_eq!(frr.channels[0].imported, Some(2));
         assert_eq!(frr.channels[0].exported, Some(1));
         assert_eq!(p[1].channels[0].state, "UP");
+    }
+
+    #[test]
+    fn graceful_restart_and_import_updates_are_read() {
+        let text = "BIRD 2.0.12 ready.
+peer0      BGP        ---        start  2026-01-01 10:00:05  Active        Socket: Connection closed
+  BGP state:          Active
+    Neighbor address: 192.0.2.11
+    Neighbor AS:      64513
+    Local AS:         64514
+    Neighbor graceful restart active
+  Channel ipv4
+    State:          UP
+    Route change stats:     received   rejected   filtered    ignored   accepted
+      Import updates:              5          0          0          2          3
+      Import withdraws:            0          0        ---          0          0
+  Channel ipv6
+      Import updates:              1          0          0          0          1
+";
+        assert!(graceful_restart_active_in(text));
+        assert!(!graceful_restart_active_in(PROTOCOLS));
+        assert_eq!(import_updates_received_in(text), 6);
+        assert_eq!(import_updates_received_in(PROTOCOLS), 0);
     }
 
     const ROUTES: &str = "BIRD 2.0.12 ready.

@@ -27,6 +27,10 @@ pub struct GobgpPeer {
     pub families: Vec<Family>,
     /// (hold, keepalive) seconds.
     pub timers: Option<(u32, u32)>,
+    /// Graceful restart (RFC 4724) with the RFC 8538 N bit
+    /// (`notification-enabled`) for this neighbor and its families: GoBGP
+    /// then keeps the neighbor's routes as stale across its restart.
+    pub graceful_restart: bool,
 }
 
 impl GobgpPeer {
@@ -39,7 +43,14 @@ impl GobgpPeer {
             passive: false,
             families: vec![Family::of(addr)],
             timers: None,
+            graceful_restart: false,
         }
+    }
+
+    /// Graceful restart helper for this neighbor (see the field).
+    pub fn graceful_restart(mut self) -> Self {
+        self.graceful_restart = true;
+        self
     }
 
     pub fn password(mut self, p: &str) -> Self {
@@ -138,6 +149,11 @@ impl GobgpConfig {
                 let _ = writeln!(s, "  [neighbors.transport.config]");
                 let _ = writeln!(s, "    passive-mode = true");
             }
+            if p.graceful_restart {
+                let _ = writeln!(s, "  [neighbors.graceful-restart.config]");
+                let _ = writeln!(s, "    enabled = true");
+                let _ = writeln!(s, "    notification-enabled = true");
+            }
             for f in &p.families {
                 let name = match f {
                     Family::Ipv4 => "ipv4-unicast",
@@ -146,6 +162,10 @@ impl GobgpConfig {
                 let _ = writeln!(s, "  [[neighbors.afi-safis]]");
                 let _ = writeln!(s, "    [neighbors.afi-safis.config]");
                 let _ = writeln!(s, "      afi-safi-name = \"{name}\"");
+                if p.graceful_restart {
+                    let _ = writeln!(s, "    [neighbors.afi-safis.mp-graceful-restart.config]");
+                    let _ = writeln!(s, "      enabled = true");
+                }
             }
         }
         s.push_str(&self.extra);
@@ -373,6 +393,15 @@ impl Gobgp {
         ))
     }
 
+    /// Neighbor `addr` as `gobgp neighbor -j` shows it (its JSON).
+    pub fn neighbor(&self, addr: IpAddr) -> Result<Option<Value>> {
+        Ok(self
+            .neighbors()?
+            .into_iter()
+            .find(|n| n.addr.parse::<IpAddr>().ok() == Some(addr))
+            .map(|n| n.raw))
+    }
+
     /// Adds `prefix` to the global RIB (announced to the peers).
     pub fn add_route(&self, prefix: &str) -> Result<()> {
         let net: ipnet::IpNet = prefix
@@ -446,6 +475,29 @@ mod tests {
         assert_eq!(r[0].nexthop.as_deref(), Some("192.0.2.1"));
         assert_eq!(r[0].local_pref, Some(250));
         assert_eq!(r[0].neighbor.as_deref(), Some("192.0.2.1"));
+    }
+
+    #[test]
+    fn renders_graceful_restart() {
+        let c = GobgpConfig::new(64514, "192.0.2.2".parse().unwrap()).peer(
+            GobgpPeer::new("192.0.2.11".parse().unwrap(), 64513)
+                .families(&[Family::Ipv4, Family::Ipv6])
+                .graceful_restart(),
+        );
+        let s = c.render();
+        assert!(
+            s.contains("[neighbors.graceful-restart.config]\n    enabled = true\n    notification-enabled = true"),
+            "{s}"
+        );
+        assert_eq!(
+            s.matches("[neighbors.afi-safis.mp-graceful-restart.config]\n      enabled = true")
+                .count(),
+            2,
+            "{s}"
+        );
+        // The neighbor's tables come before its afi-safis array.
+        let gr = s.find("[neighbors.graceful-restart.config]").unwrap();
+        assert!(gr < s.find("[[neighbors.afi-safis]]").unwrap(), "{s}");
     }
 
     #[test]

@@ -49,6 +49,12 @@ pub struct Neighbor {
     pub families: Vec<Family>,
     /// Hold time in seconds; the keepalive interval is a third of it.
     pub hold_time: Option<u32>,
+    /// The router is a graceful restart helper (RFC 4724) for this
+    /// neighbor, with the RFC 8538 N bit where it has it: FRR
+    /// `graceful-restart-helper` (FRR 8.4 sets the N bit by default), BIRD
+    /// `graceful restart aware` (no N bit), GoBGP `graceful-restart` with
+    /// `notification-enabled` and `mp-graceful-restart` on each family.
+    pub graceful_restart: bool,
 }
 
 impl Neighbor {
@@ -60,7 +66,14 @@ impl Neighbor {
             multihop: None,
             families: vec![Family::of(addr)],
             hold_time: None,
+            graceful_restart: false,
         }
+    }
+
+    /// Graceful restart helper for this neighbor (see the field).
+    pub fn graceful_restart(mut self) -> Self {
+        self.graceful_restart = true;
+        self
     }
 
     pub fn password(mut self, password: &str) -> Self {
@@ -99,6 +112,9 @@ impl Neighbor {
         if let Some((hold, keepalive)) = self.keepalive() {
             n = n.timers(keepalive, hold);
         }
+        if self.graceful_restart {
+            n = n.extra("graceful-restart-helper");
+        }
         n
     }
 
@@ -116,6 +132,9 @@ impl Neighbor {
         if let Some((hold, keepalive)) = self.keepalive() {
             n = n.timers(hold, keepalive);
         }
+        if self.graceful_restart {
+            n = n.graceful_restart();
+        }
         n
     }
 
@@ -130,6 +149,9 @@ impl Neighbor {
         }
         if let Some((hold, keepalive)) = self.keepalive() {
             n = n.timers(hold, keepalive);
+        }
+        if self.graceful_restart {
+            n = n.graceful_restart();
         }
         n
     }
@@ -390,6 +412,109 @@ impl Router {
     }
 }
 
+/// Graceful restart and route refresh, as each daemon shows them.
+impl Router {
+    /// The prefixes of `family` the router keeps as stale across a
+    /// neighbor's graceful restart (RFC 4724): FRR and GoBGP flag each path
+    /// (`"stale": true`); None for BIRD, which does not (see
+    /// [`Router::graceful_restart_active`]).
+    pub fn stale_prefixes(&self, family: Family) -> Result<Option<Vec<String>>> {
+        let stale = |raw: &serde_json::Value| raw["stale"].as_bool() == Some(true);
+        let mut r: Vec<String> = match self {
+            Router::Frr(f) => match family {
+                Family::Ipv4 => f.routes_v4()?,
+                Family::Ipv6 => f.routes_v6()?,
+            }
+            .into_iter()
+            .filter(|r| stale(&r.raw))
+            .map(|r| r.prefix)
+            .collect(),
+            Router::Gobgp(g) => match family {
+                Family::Ipv4 => g.rib_v4()?,
+                Family::Ipv6 => g.rib_v6()?,
+            }
+            .into_iter()
+            .filter(|r| stale(&r.raw))
+            .map(|r| r.prefix)
+            .collect(),
+            Router::Bird(_) => return Ok(None),
+        };
+        r.sort();
+        r.dedup();
+        Ok(Some(r))
+    }
+
+    /// Whether the router runs the helper procedure of graceful restart for
+    /// the neighbor at `addr`: BIRD says so (`Neighbor graceful restart
+    /// active`); None for FRR and GoBGP, which flag the stale paths instead
+    /// ([`Router::stale_prefixes`]).
+    pub fn graceful_restart_active(&self, addr: IpAddr) -> Result<Option<bool>> {
+        match self {
+            Router::Bird(b) => b.graceful_restart_active(addr).map(Some),
+            Router::Frr(_) | Router::Gobgp(_) => Ok(None),
+        }
+    }
+
+    /// Makes the router ask the neighbor at `addr` for its `family` routes
+    /// again with a ROUTE-REFRESH: FRR `clear bgp <afi> unicast <addr> in`
+    /// (a ROUTE-REFRESH, as the kit's FRR has no `soft-reconfiguration
+    /// inbound`), BIRD `reload in <protocol>`. GoBGP cannot: it keeps every
+    /// Adj-RIB-In and its `softresetin` only re-runs its import policy over
+    /// it, so this is an error there.
+    pub fn request_route_refresh(&self, addr: IpAddr, family: Family) -> Result<()> {
+        let afi = match family {
+            Family::Ipv4 => "ipv4",
+            Family::Ipv6 => "ipv6",
+        };
+        match self {
+            Router::Frr(f) => {
+                f.vtysh(&[&format!("clear bgp {afi} unicast {addr} in")])?;
+            }
+            Router::Bird(b) => {
+                let Some(name) = b.protocol_of(addr)? else {
+                    anyhow::bail!("BIRD has no BGP protocol for {addr}");
+                };
+                let out = b.birdc(&format!("reload in {name}"))?;
+                anyhow::ensure!(
+                    out.contains("reload") || out.contains("Reload"),
+                    "birdc reload in {name}: {out}"
+                );
+            }
+            Router::Gobgp(_) => anyhow::bail!(
+                "GoBGP never sends ROUTE-REFRESH: `gobgp neighbor {addr} softresetin -a {afi}` \
+                 re-applies its import policy to the Adj-RIB-In it keeps"
+            ),
+        }
+        Ok(())
+    }
+
+    /// A count of what the router received from the neighbor at `addr`
+    /// that grows with every UPDATE, duplicates included: FRR and GoBGP
+    /// count UPDATE messages (`messageStats.updatesRecv`,
+    /// `state.messages.received.update`), BIRD route updates (`Import
+    /// updates`, received column).
+    pub fn updates_received(&self, addr: IpAddr) -> Result<u64> {
+        match self {
+            Router::Frr(f) => {
+                let v = f.show_json(&format!("show bgp neighbors {addr} json"))?;
+                let n = &v[addr.to_string()]["messageStats"]["updatesRecv"];
+                n.as_u64()
+                    .with_context(|| format!("no messageStats.updatesRecv for {addr}: {v}"))
+            }
+            Router::Gobgp(g) => {
+                let n = g
+                    .neighbor(addr)?
+                    .with_context(|| format!("GoBGP has no neighbor {addr}"))?;
+                // Zero counters are left out of the JSON.
+                Ok(n["state"]["messages"]["received"]["update"]
+                    .as_u64()
+                    .unwrap_or(0))
+            }
+            Router::Bird(b) => b.import_updates(addr),
+        }
+    }
+}
+
 /// Renames `dir` to the first free `<dir>.<n>`; returns the new name.
 fn retire_dir(dir: &Path) -> Result<PathBuf> {
     let name = dir
@@ -454,6 +579,30 @@ mod tests {
         ] {
             assert!(gobgp.contains(line), "{line:?} not in\n{gobgp}");
         }
+    }
+
+    #[test]
+    fn graceful_restart_renders_for_every_daemon() {
+        let plain = config(RouterKind::Frr);
+        assert!(!plain.frr().render().contains("graceful"));
+        let gr = |kind| {
+            let mut c = config(kind);
+            c.neighbors[0] = c.neighbors[0].clone().graceful_restart();
+            c
+        };
+        let frr = gr(RouterKind::Frr).frr().render();
+        assert!(
+            frr.contains(" neighbor 192.0.2.11 graceful-restart-helper\n"),
+            "{frr}"
+        );
+        let bird = gr(RouterKind::Bird).bird().render(Path::new("/x/bird.log"));
+        assert!(bird.contains("  graceful restart aware;\n"), "{bird}");
+        let gobgp = gr(RouterKind::Gobgp).gobgp().render();
+        assert!(gobgp.contains("notification-enabled = true"), "{gobgp}");
+        assert!(
+            gobgp.contains("[neighbors.afi-safis.mp-graceful-restart.config]"),
+            "{gobgp}"
+        );
     }
 
     #[test]

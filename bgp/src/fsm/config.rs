@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::serde_wire;
 use crate::wire::{
-    Capabilities, Capability, ExtendedNextHop, Family, GracefulRestart, HoldTime, Open,
+    Capabilities, Capability, ExtendedNextHop, Family, GracefulRestart, GracefulRestartFamily,
+    HoldTime, Open,
 };
 
 /// Hold time when none is configured (RFC 4271 suggests 90 s; MetalLB's).
@@ -88,7 +89,12 @@ pub enum ConfigError {
     PeerAsZero,
     #[error("no address family to offer")]
     NoFamilies,
+    #[error("graceful restart time of {0} s does not fit the capability's 12 bits (at most 4095)")]
+    RestartTime(u16),
 }
+
+/// The largest Restart Time of the graceful restart capability (12 bits).
+pub const MAX_RESTART_TIME: u16 = 0x0fff;
 
 /// One session's configuration. [`Config::new`] gives the defaults.
 ///
@@ -136,7 +142,12 @@ pub struct Config {
     /// Extended next hop tuples offered (RFC 8950).
     #[serde(with = "serde_wire::extended_next_hops")]
     pub extended_next_hop: Vec<ExtendedNextHop>,
-    /// The graceful restart capability offered (RFC 4724, N bit of RFC 8538).
+    /// The graceful restart capability offered (RFC 4724, N bit of RFC 8538),
+    /// sent as given except for the R bit
+    /// ([`GracefulRestart::RESTART_STATE`]): set here, it is sent until the
+    /// session first reaches Established, then cleared (the speaker has
+    /// restarted once, not at every reconnection). See
+    /// [`Config::enable_graceful_restart`].
     #[serde(with = "serde_wire::opt_graceful_restart")]
     pub graceful_restart: Option<GracefulRestart>,
     /// Capabilities the peer must offer.
@@ -197,7 +208,53 @@ impl Config {
         if self.families.is_empty() {
             return Err(ConfigError::NoFamilies);
         }
+        if let Some(gr) = &self.graceful_restart
+            && gr.restart_time > MAX_RESTART_TIME
+        {
+            return Err(ConfigError::RestartTime(gr.restart_time));
+        }
         Ok(())
+    }
+
+    /// Offers graceful restart (RFC 4724) as a load-balancer speaker does:
+    /// every family of [`Config::families`] with the Forwarding State bit
+    /// set, since the forwarding of the announced services does not live in
+    /// this process and survives its restart; `restart_time` (seconds, at
+    /// most [`MAX_RESTART_TIME`]) is how long the peer keeps our routes
+    /// while we are away; `notification` sets the RFC 8538 N bit;
+    /// `restarted` sets the R bit (this speaker has just restarted), sent
+    /// until the first Established.
+    ///
+    /// A planned restart ([`super::Input::PlannedRestart`]) then leaves our
+    /// routes at the peer, which keeps them as stale until we are back and
+    /// have sent End-of-RIB; it removes then those we did not announce
+    /// again. Give the session its prefixes before it comes up (right after
+    /// starting it): End-of-RIB follows the first round of UPDATEs.
+    pub fn enable_graceful_restart(
+        &mut self,
+        restart_time: u16,
+        notification: bool,
+        restarted: bool,
+    ) {
+        let mut flags = 0;
+        if notification {
+            flags |= GracefulRestart::NOTIFICATION;
+        }
+        if restarted {
+            flags |= GracefulRestart::RESTART_STATE;
+        }
+        self.graceful_restart = Some(GracefulRestart {
+            flags,
+            restart_time,
+            families: self
+                .families
+                .iter()
+                .map(|&family| GracefulRestartFamily {
+                    family,
+                    flags: GracefulRestartFamily::FORWARDING_STATE,
+                })
+                .collect(),
+        });
     }
 
     /// The AS we present: `localASN`, else `myASN`.
@@ -298,6 +355,29 @@ mod tests {
         let mut c = ok;
         c.families.clear();
         assert_eq!(c.validate(), Err(ConfigError::NoFamilies));
+    }
+
+    #[test]
+    fn graceful_restart_offers_every_family_with_forwarding_state() {
+        let mut c = Config::new(64512, PeerAs::Fixed(64513), "n");
+        c.enable_graceful_restart(30, true, true);
+        let gr = c.graceful_restart.clone().unwrap();
+        assert_eq!(gr.restart_time, 30);
+        assert!(gr.notification() && gr.restart_state());
+        assert_eq!(
+            gr.families.iter().map(|f| f.family).collect::<Vec<_>>(),
+            c.families
+        );
+        assert!(gr.families.iter().all(|f| f.forwarding_state()));
+        assert_eq!(c.validate(), Ok(()));
+        c.enable_graceful_restart(0, false, false);
+        let gr = c.graceful_restart.clone().unwrap();
+        assert!(!gr.notification() && !gr.restart_state());
+        c.enable_graceful_restart(MAX_RESTART_TIME + 1, false, false);
+        assert_eq!(
+            c.validate(),
+            Err(ConfigError::RestartTime(MAX_RESTART_TIME + 1))
+        );
     }
 
     #[test]

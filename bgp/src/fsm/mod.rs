@@ -32,6 +32,12 @@
 //!   Shutdown with an RFC 9003 message, Peer De-configured, BFD Down),
 //!   wrapped in Hard Reset when the RFC 8538 N bit was negotiated, and the
 //!   graceful planned restart (see [`Input::PlannedRestart`]).
+//! - Graceful restart (RFC 4724) as the restarting speaker: the capability
+//!   of [`Config::graceful_restart`] (see
+//!   [`Config::enable_graceful_restart`]), its R bit sent until the first
+//!   Established after a restart, End-of-RIB after the first round of
+//!   UPDATEs (the Adj-RIB-Out's). As the receiving speaker there is nothing
+//!   to keep: a load-balancer speaker imports nothing.
 //! - RFC 6608 FSM errors, Hold Timer Expired, and RFC 7606 session resets
 //!   for received UPDATEs ([`crate::wire::validate_update`]).
 //! - [`router_id`]: MetalLB's rule for the BGP Identifier.
@@ -108,7 +114,7 @@ pub use crate::state::FsmState;
 pub use collision::collision_winner;
 pub use config::{
     CONNECT_RETRY_INITIAL, CONNECT_RETRY_MAX, Config, ConfigError, DEFAULT_HOLD_TIME,
-    OPEN_SENT_HOLD_TIME, PeerAs, RequiredCapability,
+    MAX_RESTART_TIME, OPEN_SENT_HOLD_TIME, PeerAs, RequiredCapability,
 };
 pub use router_id::{crc32, router_id};
 pub use session::Session;

@@ -16,8 +16,8 @@ use super::types::{
 };
 use crate::state::{FamilyDisabled, FsmState};
 use crate::wire::{
-    Capabilities, Family, Message, MessageType, Notification, Open, RouteRefreshSubtype,
-    UpdateVerdict, error_code, negotiate, validate_update,
+    Capabilities, Family, GracefulRestart, Message, MessageType, Notification, Open,
+    RouteRefreshSubtype, UpdateVerdict, error_code, negotiate, validate_update,
 };
 
 /// One TCP connection that carries (or tries to carry) the session.
@@ -156,6 +156,9 @@ pub struct Session {
     auto_restart: bool,
     /// The event being processed, reported in [`Output::StateChanged`].
     event: FsmEvent,
+    /// The R bit of our graceful restart capability: set when configured
+    /// (this speaker has restarted), cleared at the first Established.
+    restart_state: bool,
 }
 
 impl Session {
@@ -163,7 +166,6 @@ impl Session {
     pub fn new(config: Config) -> Result<Self, ConfigError> {
         config.validate()?;
         Ok(Session {
-            config,
             base: FsmState::Idle,
             reported: FsmState::Idle,
             conns: Vec::new(),
@@ -174,6 +176,11 @@ impl Session {
             attempt: 0,
             auto_restart: false,
             event: FsmEvent::ManualStart,
+            restart_state: config
+                .graceful_restart
+                .as_ref()
+                .is_some_and(|gr| gr.restart_state()),
+            config,
         })
     }
 
@@ -213,6 +220,26 @@ impl Session {
     /// The timers currently set.
     pub fn armed_timers(&self) -> &[Timer] {
         &self.armed
+    }
+
+    /// Whether our next OPEN carries the graceful restart R bit (RFC 4724:
+    /// this speaker has restarted and has not been Established since).
+    pub fn restart_state(&self) -> bool {
+        self.restart_state
+    }
+
+    /// Our OPEN on a connection whose BGP Identifier is `router_id`.
+    fn open_message(&self, router_id: Ipv4Addr) -> Open {
+        let mut config = std::borrow::Cow::Borrowed(&self.config);
+        if !self.restart_state
+            && let Some(gr) = &self.config.graceful_restart
+            && gr.restart_state()
+        {
+            let mut gr = gr.clone();
+            gr.flags &= !GracefulRestart::RESTART_STATE;
+            config.to_mut().graceful_restart = Some(gr);
+        }
+        config.open_message(router_id)
     }
 
     /// Processes one input.
@@ -667,7 +694,7 @@ impl Session {
         });
         out.push(Output::Send {
             conn,
-            message: Message::Open(self.config.open_message(id)),
+            message: Message::Open(self.open_message(id)),
         });
         self.arm(out, Timer::Hold { conn }, OPEN_SENT_HOLD_TIME);
     }
@@ -970,6 +997,8 @@ impl Session {
 
     fn established(&mut self, out: &mut Vec<Output>, idx: usize) {
         self.conns[idx].state = FsmState::Established;
+        // The restart is over: later OPENs are reconnections, not restarts.
+        self.restart_state = false;
         self.restart_hold(out, idx);
         self.attempt = 0;
         self.abandon_connect(out);
