@@ -33,8 +33,10 @@
 //! (`metallbctl l2-announce` runs it before owning; see the crate's
 //! README.md for the command).
 //!
-//! Not built yet (see the arp-ndp crate issue): reply latency, replies per
-//! second and idle CPU with 1,000 owned IPs for BENCHMARKS.md.
+//! Measured in the lab (`tests/bench_lab.rs`, feature `bench-lab`; figures
+//! in BENCHMARKS.md): reply latency, replies per second and idle CPU with
+//! 1,000 owned IPs of each family, beside the kernel answering for its own
+//! addresses.
 
 pub mod announce;
 pub mod interfaces;

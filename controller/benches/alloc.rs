@@ -10,43 +10,13 @@
 use std::hint::black_box;
 use std::net::IpAddr;
 
-use config::{AddressBlock, Config, Pool};
-use controller::alloc::{Allocator, Port, Service, ServiceFamily};
+mod common;
+
+use common::{config, services};
+use controller::alloc::{Allocator, Service, ServiceFamily};
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
 const SIZES: [usize; 2] = [10_000, 100_000];
-
-fn config(cidr: &str) -> Config {
-    let net = cidr.parse().unwrap();
-    let pool = Pool {
-        name: "pool".into(),
-        labels: Default::default(),
-        addresses: vec![AddressBlock {
-            spec: cidr.into(),
-            cidrs: vec![net],
-        }],
-        cidrs: vec![net],
-        auto_assign: true,
-        avoid_buggy_ips: false,
-        service_allocation: None,
-        l2_advertisements: Vec::new(),
-        bgp_advertisements: Vec::new(),
-    };
-    Config {
-        pools: [("pool".to_string(), pool)].into(),
-        ..Config::default()
-    }
-}
-
-fn services(n: usize, family: ServiceFamily) -> Vec<(String, Service)> {
-    (0..n)
-        .map(|i| {
-            let mut s = Service::new("bench", &format!("svc-{i}"), family);
-            s.ports = vec![Port::tcp(80)];
-            (s.key(), s)
-        })
-        .collect()
-}
 
 fn allocate(c: &mut Criterion) {
     let mut g = c.benchmark_group("allocate");

@@ -9,30 +9,11 @@
 use std::process::Command;
 use std::time::Instant;
 
-use config::{AddressBlock, Config, Pool};
-use controller::alloc::{Allocator, Port, Service, ServiceFamily};
+#[path = "../benches/common/mod.rs"]
+mod common;
 
-fn config(cidr: &str) -> Config {
-    let net = cidr.parse().expect("benchmark CIDR");
-    let pool = Pool {
-        name: "pool".into(),
-        labels: Default::default(),
-        addresses: vec![AddressBlock {
-            spec: cidr.into(),
-            cidrs: vec![net],
-        }],
-        cidrs: vec![net],
-        auto_assign: true,
-        avoid_buggy_ips: false,
-        service_allocation: None,
-        l2_advertisements: Vec::new(),
-        bgp_advertisements: Vec::new(),
-    };
-    Config {
-        pools: [("pool".to_string(), pool)].into(),
-        ..Config::default()
-    }
-}
+use common::{config, services};
+use controller::alloc::{Allocator, ServiceFamily};
 
 /// `(VmRSS, VmHWM)` in KiB from /proc/self/status.
 fn rss_kib() -> (u64, u64) {
@@ -61,13 +42,7 @@ fn cpu_seconds() -> f64 {
 
 fn run_case(cidr: &str, family: ServiceFamily, n: usize) {
     let cfg = config(cidr);
-    let services: Vec<(String, Service)> = (0..n)
-        .map(|i| {
-            let mut s = Service::new("bench", &format!("svc-{i}"), family);
-            s.ports = vec![Port::tcp(80)];
-            (s.key(), s)
-        })
-        .collect();
+    let services = services(n, family);
     let mut a = Allocator::new();
     a.set_pools(&cfg);
     let (rss0, _) = rss_kib();

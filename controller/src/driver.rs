@@ -427,15 +427,11 @@ impl Driver {
         if changed.is_empty() {
             return;
         }
-        let mut services_per_pool: HashMap<&str, usize> = HashMap::new();
-        for (_, a) in self.services.allocator().assignments() {
-            *services_per_pool.entry(a.pool.as_str()).or_default() += 1;
-        }
         for pool in changed {
             let key = ObjectKey::new(self.out.namespace.clone(), pool.clone());
             match self.services.allocator().stats(&pool) {
                 Some(stats) => {
-                    let n = services_per_pool.get(pool.as_str()).copied().unwrap_or(0);
+                    let n = self.services.allocator().service_count(&pool).unwrap_or(0);
                     self.out.metrics.set_pool(&pool, &stats, n);
                     self.out.pool_writer.set_desired(
                         key,

@@ -746,6 +746,13 @@ fn check_state(a: &Allocator, m: &Model) -> Result<(), TestCaseError> {
         );
         prop_assert_eq!(st.total.in_use, in_use[0] + in_use[1]);
         prop_assert_eq!(st.total.capacity, cap[0] + cap[1]);
+        let services = m.allocated.values().filter(|al| &al.pool == name).count();
+        prop_assert_eq!(
+            a.service_count(name),
+            Some(services),
+            "pool {} services",
+            name
+        );
     }
     prop_assert_eq!(a.all_stats().count(), m.pools.len());
     Ok(())

@@ -200,6 +200,8 @@ struct PoolState {
     cidrs: Vec<CidrIndex>,
     capacity: [u128; 2],
     in_use: [u128; 2],
+    /// Services holding addresses of the pool.
+    services: usize,
 }
 
 impl PoolState {
@@ -219,6 +221,7 @@ impl PoolState {
             cidrs,
             capacity: cap,
             in_use: [0; 2],
+            services: 0,
         }
     }
 
@@ -433,7 +436,8 @@ impl Allocator {
             }
             unshare(&mut self.shared, &key, family, v);
         }
-        if self.pools.contains_key(&a.pool) {
+        if let Some(p) = self.pools.get_mut(&a.pool) {
+            p.services -= 1;
             self.changed.insert(a.pool);
         }
         true
@@ -633,6 +637,12 @@ impl Allocator {
         self.pools.get(pool).map(PoolState::stats)
     }
 
+    /// The number of Services holding addresses of a pool (kept as they
+    /// come and go: no scan).
+    pub fn service_count(&self, pool: &str) -> Option<usize> {
+        self.pools.get(pool).map(|p| p.services)
+    }
+
     /// The counters of every pool, by name.
     pub fn all_stats(&self) -> impl Iterator<Item = (&str, PoolStats)> {
         self.pools.iter().map(|(n, p)| (n.as_str(), p.stats()))
@@ -748,6 +758,9 @@ impl Allocator {
                     }
                 }
             }
+        }
+        if let Some(p) = pool {
+            p.services += 1;
         }
         self.changed.insert(a.pool.clone());
         self.allocs.insert(svc_key, a);
