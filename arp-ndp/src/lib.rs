@@ -25,8 +25,9 @@
 //! ([`linux::start`], controlled through a [`linux::L2Handle`]).
 //!
 //! Unsafe code is denied crate-wide and allowed only in the private module
-//! `linux::sys` (bind to a `sockaddr_ll`, attach a socket filter, register
-//! a socket with tokio), each call with its safety argument.
+//! `linux::sys` (registering a socket with tokio), with its safety argument;
+//! binding to a `sockaddr_ll` and attaching the socket filter go through
+//! `netsys::packet`, the workspace's one audited wrapper for them.
 //!
 //! Also in [`linux`]: [`linux::probe()`], one who-has or solicitation and a
 //! short wait, to see whether another MAC already answers for an IP

@@ -25,12 +25,15 @@
 //!   header drops the frame, RFC 6980).
 
 use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
 
 use socket2::{Domain, Socket, Type};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
-use super::sys::{SockFilter, attach_filter, bind_packet, register_async};
+use netsys::packet::{SockFilter, attach_filter, bind_packet};
+
+use super::sys::register_async;
 use crate::packet::{
     ETHERTYPE_ARP, ETHERTYPE_IPV6, ICMPV6_NEIGHBOR_ADVERTISEMENT, ICMPV6_NEIGHBOR_SOLICITATION,
     IPPROTO_DSTOPTS, IPPROTO_HOPOPTS, IPPROTO_ICMPV6, IPPROTO_ROUTING, MAX_EXTENSION_HEADERS,
@@ -235,8 +238,8 @@ impl PacketSocket {
     pub fn open(ifindex: u32, proto: Protocol) -> io::Result<PacketSocket> {
         let sock = Socket::new(Domain::PACKET, Type::RAW.nonblocking().cloexec(), None)?;
         set_receive_buffer(&sock, ifindex, proto);
-        attach_filter(&sock, &filter_program(proto))?;
-        bind_packet(&sock, ifindex, proto.ethertype())?;
+        attach_filter(sock.as_fd(), &filter_program(proto))?;
+        bind_packet(sock.as_fd(), ifindex, proto.ethertype())?;
         Ok(PacketSocket {
             fd: register_async(sock, Interest::READABLE)?,
             ifindex,
