@@ -21,10 +21,8 @@
 //! cargo builds and names the binary.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::fd::AsFd;
 use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::thread;
@@ -56,15 +54,10 @@ struct Node {
 
 impl Node {
     fn start(ns: &Netns) -> anyhow::Result<Node> {
-        let path = format!("/run/netns/{}", ns.name());
+        let name = ns.name().to_owned();
         let (tx, rx) = mpsc::channel();
         let thread = thread::spawn(move || {
-            let f = File::open(&path).expect("open the namespace handle");
-            rustix::thread::move_into_link_name_space(
-                f.as_fd(),
-                Some(rustix::thread::LinkNameSpaceType::Network),
-            )
-            .expect("setns");
+            testkit::netns::enter_thread(&name).expect("setns");
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()

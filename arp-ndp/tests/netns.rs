@@ -10,7 +10,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::net::IpAddr;
-use std::os::fd::AsFd;
 use std::process::{Command, Output};
 use std::sync::mpsc;
 use std::thread;
@@ -204,15 +203,10 @@ struct Responder {
 
 impl Responder {
     fn start(ns: &str, cfg: DriverConfig) -> Responder {
-        let path = format!("/run/netns/{ns}");
+        let name = ns.to_string();
         let (tx, rx) = mpsc::channel();
         let thread = thread::spawn(move || {
-            let f = File::open(&path).expect("open the namespace handle");
-            rustix::thread::move_into_link_name_space(
-                f.as_fd(),
-                Some(rustix::thread::LinkNameSpaceType::Network),
-            )
-            .expect("setns");
+            testkit::netns::enter_thread(&name).expect("setns");
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -639,15 +633,10 @@ fn netlink_overflow_is_detected_and_the_table_redumped() {
     let batch_path = std::env::temp_dir().join(format!("arpndp-ovf-{}.batch", std::process::id()));
     std::fs::write(&batch_path, batch).unwrap();
 
-    let path = format!("/run/netns/{NS}");
+    let name = NS.to_string();
     let batch_file = batch_path.display().to_string();
     let outcome = thread::spawn(move || {
-        let f = File::open(&path).expect("open the namespace handle");
-        rustix::thread::move_into_link_name_space(
-            f.as_fd(),
-            Some(rustix::thread::LinkNameSpaceType::Network),
-        )
-        .expect("setns");
+        testkit::netns::enter_thread(&name).expect("setns");
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

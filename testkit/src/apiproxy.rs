@@ -16,7 +16,6 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -39,21 +38,15 @@ pub struct ApiProxy {
 
 /// Binds a TCP listener on `addr` inside the network namespace `ns`.
 fn listen_in(ns: &Netns, addr: SocketAddr) -> Result<TcpListener> {
-    let path = format!("/run/netns/{}", ns.name());
-    let file = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
-    let handle = std::thread::spawn(move || -> io::Result<TcpListener> {
+    let name = ns.name().to_owned();
+    let handle = std::thread::spawn(move || -> Result<TcpListener> {
         // Only this thread changes namespace; it ends right after.
-        rustix::thread::move_into_link_name_space(
-            file.as_fd(),
-            Some(rustix::thread::LinkNameSpaceType::Network),
-        )?;
-        TcpListener::bind(addr)
+        crate::netns::enter_thread(&name)?;
+        TcpListener::bind(addr).with_context(|| format!("binding {addr} in namespace {name}"))
     });
-    let listener = handle
+    handle
         .join()
         .map_err(|_| anyhow::anyhow!("the namespace thread panicked"))?
-        .with_context(|| format!("binding {addr} in namespace {}", ns.name()))?;
-    Ok(listener)
 }
 
 /// Copies `from` to `to` until EOF or an error, then shuts `to` down for

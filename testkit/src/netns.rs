@@ -37,7 +37,28 @@ pub struct NeighEntry {
     pub state: Vec<String>,
 }
 
+/// Moves the calling thread, and only it, into the network namespace
+/// `/run/netns/<name>`: sockets it creates from then on belong to that
+/// namespace (and keep it after the thread ends). Used to run an in-process
+/// driver in a node namespace, or to bind a listener there.
+pub fn enter_thread(name: &str) -> Result<()> {
+    use std::os::fd::AsFd;
+    let path = format!("/run/netns/{name}");
+    let f = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
+    rustix::thread::move_into_link_name_space(
+        f.as_fd(),
+        Some(rustix::thread::LinkNameSpaceType::Network),
+    )
+    .with_context(|| format!("entering {path} (setns)"))?;
+    Ok(())
+}
+
 impl Netns {
+    /// Moves the calling thread into this namespace ([`enter_thread`]).
+    pub fn enter_this_thread(&self) -> Result<()> {
+        enter_thread(&self.name)
+    }
+
     /// Creates `/run/netns/<name>` and brings its loopback up.
     pub(crate) fn create(name: &str, short: &str, state_dir: PathBuf) -> Result<Netns> {
         cmd::run(&mut cmd::command("ip", &["netns", "add", name]))?;

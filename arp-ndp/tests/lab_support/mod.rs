@@ -17,10 +17,10 @@
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
+
 use std::io::{self, IoSliceMut};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsRawFd;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
@@ -93,14 +93,10 @@ pub fn in_netns<T: Send + 'static>(
     .map_err(|_| anyhow::anyhow!("thread in {path} panicked"))?
 }
 
+/// Enters the namespace `/run/netns/<name>` in this thread.
 fn enter(path: &str) -> anyhow::Result<()> {
-    let f = File::open(path).with_context(|| format!("open {path}"))?;
-    rustix::thread::move_into_link_name_space(
-        f.as_fd(),
-        Some(rustix::thread::LinkNameSpaceType::Network),
-    )
-    .with_context(|| format!("setns {path}"))?;
-    Ok(())
+    let name = path.strip_prefix("/run/netns/").unwrap_or(path);
+    testkit::netns::enter_thread(name)
 }
 
 /// The driver on its own thread inside a namespace (a current-thread tokio
