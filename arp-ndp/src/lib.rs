@@ -14,6 +14,8 @@
 //! - [`interfaces`]: eligibility rules and MetalLB's exclusion regex list
 //!   (`excludel2.yaml`).
 //! - [`state`]: owned IPs with allow-lists, announced-on interfaces,
+//!   claims by named owners (an IP shared by several Services stays owned,
+//!   on the union of their allow-lists, until its last owner releases it),
 //!   solicited-node group refcounts and per-IP counters; [`metrics`]:
 //!   MetalLB's `metallb_layer2_*` counters on a caller's registry.
 //!

@@ -54,7 +54,26 @@ pub struct L2State {
     drops: DropCounters,
     /// Joined groups and how many owned addresses need each.
     memberships: BTreeMap<GroupKey, usize>,
+    /// Who asked for each owned IP, with the allow-list each asked for
+    /// (several Services share one IP with `allow-shared-ip`). The IP is
+    /// owned while at least one claim remains, on the union of the lists.
+    claims: BTreeMap<IpAddr, BTreeMap<String, AllowedInterfaces>>,
     metrics: Option<Metrics>,
+}
+
+/// The owner name of [`L2State::own`]: a claim with no name.
+const UNNAMED: &str = "";
+
+/// Union of allow-lists: every interface if any list allows every one.
+fn union<'a>(lists: impl IntoIterator<Item = &'a AllowedInterfaces>) -> AllowedInterfaces {
+    let mut names = BTreeSet::new();
+    for l in lists {
+        if l.0.is_empty() {
+            return AllowedInterfaces::all();
+        }
+        names.extend(l.0.iter().cloned());
+    }
+    AllowedInterfaces(names)
 }
 
 impl L2State {
@@ -143,7 +162,8 @@ impl L2State {
         self.resync(now)
     }
 
-    /// Owns `ip` on `allowed`. A repeat of the same call changes nothing
+    /// Owns `ip` on `allowed` as an unnamed claim (see
+    /// [`claim`](Self::claim)). A repeat of the same call changes nothing
     /// and sends nothing.
     pub fn own(
         &mut self,
@@ -151,17 +171,93 @@ impl L2State {
         ip: IpAddr,
         allowed: AllowedInterfaces,
     ) -> Vec<MembershipChange> {
+        self.claim(now, UNNAMED, ip, allowed)
+    }
+
+    /// Stops owning `ip` whoever claimed it: no more answers or
+    /// announcements.
+    pub fn disown(&mut self, ip: &IpAddr) -> Vec<MembershipChange> {
+        self.claims.remove(ip);
+        self.owned.remove(ip);
+        self.announcer.remove(ip);
+        self.sync_memberships()
+    }
+
+    /// `owner` (an opaque name: the speaker uses the Service's
+    /// `namespace/name`) wants `ip` announced on `allowed`. The IP is owned
+    /// while any claim on it remains, on the union of the claims' lists
+    /// (MetalLB's announcer keeps the same reference count per IP for
+    /// Services sharing it). A repeat of the same claim, or a claim that
+    /// leaves the union unchanged, sends nothing.
+    pub fn claim(
+        &mut self,
+        now: Instant,
+        owner: &str,
+        ip: IpAddr,
+        allowed: AllowedInterfaces,
+    ) -> Vec<MembershipChange> {
+        let claims = self.claims.entry(ip).or_default();
+        claims.insert(owner.to_owned(), allowed);
+        let effective = union(claims.values());
+        self.apply(now, ip, effective)
+    }
+
+    /// `owner` no longer wants `ip`. The IP stays owned, on the union of
+    /// the remaining claims' lists, until its last claim is released.
+    /// Releasing a claim that does not exist changes nothing.
+    pub fn release(&mut self, now: Instant, owner: &str, ip: &IpAddr) -> Vec<MembershipChange> {
+        let Some(claims) = self.claims.get_mut(ip) else {
+            return Vec::new();
+        };
+        if claims.remove(owner).is_none() {
+            return Vec::new();
+        }
+        if claims.is_empty() {
+            return self.disown(ip);
+        }
+        let effective = union(claims.values());
+        self.apply(now, *ip, effective)
+    }
+
+    /// Releases every claim of `owner` (a Service deleted, or no longer
+    /// announced from this node).
+    pub fn release_owner(&mut self, now: Instant, owner: &str) -> Vec<MembershipChange> {
+        let ips: Vec<IpAddr> = self
+            .claims
+            .iter()
+            .filter(|(_, c)| c.contains_key(owner))
+            .map(|(ip, _)| *ip)
+            .collect();
+        let mut changes = Vec::new();
+        for ip in ips {
+            changes.extend(self.release(now, owner, &ip));
+        }
+        changes
+    }
+
+    /// The owners claiming `ip`, sorted (the unnamed claim of
+    /// [`own`](Self::own) shows as `""`).
+    pub fn owners(&self, ip: &IpAddr) -> Vec<String> {
+        self.claims
+            .get(ip)
+            .map(|c| c.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Owns `ip` on `allowed` (the union of its claims).
+    fn apply(
+        &mut self,
+        now: Instant,
+        ip: IpAddr,
+        allowed: AllowedInterfaces,
+    ) -> Vec<MembershipChange> {
+        if self.owned.get(&ip) == Some(&allowed) {
+            return Vec::new();
+        }
         self.owned.insert(ip, allowed.clone());
         self.counters.entry(ip).or_default();
         let t = self.targets(ip, &allowed);
         self.announcer.set(now, ip, &t);
-        self.sync_memberships()
-    }
-
-    /// Stops owning `ip`: no more answers or announcements.
-    pub fn disown(&mut self, ip: &IpAddr) -> Vec<MembershipChange> {
-        self.owned.remove(ip);
-        self.announcer.remove(ip);
         self.sync_memberships()
     }
 

@@ -687,3 +687,52 @@ fn netlink_overflow_is_detected_and_the_table_redumped() {
     let overflows = outcome.unwrap_or_else(|e| std::panic::resume_unwind(e));
     eprintln!("netlink overflows seen: {overflows}");
 }
+
+/// Two Services sharing one IP (`allow-shared-ip`): releasing one leaves
+/// the IP answered and its group joined; releasing the last ends both.
+#[test]
+fn shared_ip_answered_until_its_last_owner_releases_it() {
+    let t = Topology::new("shared");
+    let mac = t.node_mac("eth0");
+    let r = Responder::start(&t.node, DriverConfig::default());
+    let (v4, v6): (IpAddr, IpAddr) = (
+        "192.0.2.10".parse().unwrap(),
+        "2001:db8::10".parse().unwrap(),
+    );
+    let group = "ff0200000000000000000001ff000010";
+    let igmp6 = || ok(&["ip", "netns", "exec", &t.node, "cat", "/proc/net/igmp6"]);
+    for owner in ["default/a", "default/b"] {
+        for ip in [v4, v6] {
+            r.handle.claim(owner, ip, AllowedInterfaces::all()).unwrap();
+        }
+    }
+    wait_for(
+        || r.handle.owners(&v6) == ["default/a", "default/b"],
+        "both claims",
+    );
+    assert_eq!(
+        t.arping("eth0", "192.0.2.1", "192.0.2.10").as_deref(),
+        Some(mac.as_str())
+    );
+
+    r.handle.release_owner("default/a").unwrap();
+    wait_for(|| r.handle.owners(&v4) == ["default/b"], "ns/a released");
+    assert_eq!(
+        t.arping("eth0", "192.0.2.1", "192.0.2.10").as_deref(),
+        Some(mac.as_str()),
+        "still answered for default/b"
+    );
+    assert_eq!(t.ndisc6("2001:db8::10").as_deref(), Some(mac.as_str()));
+    assert!(igmp6().contains(group), "group kept: {}", igmp6());
+
+    for ip in [v4, v6] {
+        r.handle.release("default/b", ip).unwrap();
+    }
+    wait_for(
+        || r.handle.owners(&v4).is_empty() && r.handle.owners(&v6).is_empty(),
+        "the last release",
+    );
+    assert_eq!(t.arping("eth0", "192.0.2.1", "192.0.2.10"), None);
+    assert_eq!(t.ndisc6("2001:db8::10"), None);
+    assert!(!igmp6().contains(group), "group left: {}", igmp6());
+}

@@ -255,3 +255,211 @@ fn metrics_names_types_and_labels() {
     let f = r2.gather();
     assert_eq!(f[0].get_metric()[0].get_label()[0].value(), "2001:db8::10");
 }
+
+/// Two Services sharing one IP (`allow-shared-ip`): the IP stays answered
+/// until the last one releases it, on the union of their allow-lists.
+#[test]
+fn shared_ip_is_owned_until_its_last_claim_is_released() {
+    let t0 = Instant::now();
+    let mut s = L2State::new(AnnounceConfig::default());
+    s.set_interfaces(t0, two_ifaces());
+    let shared = ip("192.0.2.10");
+    let req = arp_request_for("192.0.2.10");
+    s.claim(t0, "ns/a", shared, AllowedInterfaces::only(["eth0"]));
+    s.claim(t0, "ns/b", shared, AllowedInterfaces::only(["eth1"]));
+    assert_eq!(s.owners(&shared), ["ns/a", "ns/b"]);
+    assert_eq!(s.announced_on(&shared), ["eth0", "eth1"], "union of lists");
+    assert!(s.handle_frame("eth1", &req).reply_frame().is_some());
+
+    // ns/b goes: eth1 is no longer wanted by anyone, eth0 still is.
+    s.release(t0, "ns/b", &shared);
+    assert_eq!(s.owners(&shared), ["ns/a"]);
+    assert_eq!(s.announced_on(&shared), ["eth0"]);
+    assert!(s.handle_frame("eth0", &req).reply_frame().is_some());
+    assert_eq!(
+        s.handle_frame("eth1", &req).drop_reason(),
+        Some(DropReason::InterfaceNotAllowed)
+    );
+    // Releasing what was never claimed, or twice, changes nothing.
+    s.release(t0, "ns/b", &shared);
+    s.release(t0, "ns/zzz", &shared);
+    assert_eq!(s.announced_on(&shared), ["eth0"]);
+
+    s.release(t0, "ns/a", &shared);
+    assert!(s.owners(&shared).is_empty());
+    assert!(!s.owned().contains(&shared));
+    assert!(s.announced_on(&shared).is_empty());
+    assert_eq!(
+        s.handle_frame("eth0", &req).drop_reason(),
+        Some(DropReason::NotOwned)
+    );
+}
+
+/// A claim allowing every interface makes the union every interface; a
+/// second claim that leaves the union as it was sends nothing.
+#[test]
+fn claims_union_and_quiet_repeats() {
+    let t0 = Instant::now();
+    let mut s = L2State::new(AnnounceConfig::default());
+    s.set_interfaces(t0, two_ifaces());
+    let shared = ip("192.0.2.20");
+    s.claim(t0, "ns/a", shared, AllowedInterfaces::all());
+    assert_eq!(s.poll(t0).len(), 4, "first claim bursts on both");
+    while let Some(w) = s.next_wakeup() {
+        s.poll(w);
+    }
+    let later = t0 + Duration::from_secs(10);
+    s.claim(later, "ns/b", shared, AllowedInterfaces::only(["eth1"]));
+    assert_eq!(s.announced_on(&shared), ["eth0", "eth1"]);
+    assert!(s.poll(later).is_empty(), "union unchanged: nothing sent");
+    s.claim(later, "ns/a", shared, AllowedInterfaces::all());
+    assert!(s.poll(later).is_empty(), "repeat: nothing sent");
+    // ns/a narrows to eth0: with ns/b's eth1 the union is unchanged.
+    s.claim(later, "ns/a", shared, AllowedInterfaces::only(["eth0"]));
+    assert_eq!(s.announced_on(&shared), ["eth0", "eth1"]);
+    assert!(s.poll(later).is_empty(), "union unchanged: nothing sent");
+    assert_eq!(s.next_wakeup(), None);
+}
+
+/// `release_owner` drops every IP of a Service; IPs shared with another
+/// Service stay, and IPv6 groups are left only with their last address.
+#[test]
+fn release_owner_keeps_shared_ips_and_groups() {
+    let t0 = Instant::now();
+    let mut s = L2State::new(AnnounceConfig::default());
+    s.set_interfaces(t0, vec![eth0()]);
+    let g = solicited_node_multicast(v6(0x10));
+    let join = MembershipChange::Join {
+        ifindex: 2,
+        interface: "eth0".into(),
+        group: g,
+    };
+    let leave = MembershipChange::Leave {
+        ifindex: 2,
+        interface: "eth0".into(),
+        group: g,
+    };
+    assert_eq!(
+        s.claim(t0, "ns/a", ip("2001:db8::10"), AllowedInterfaces::all()),
+        [join]
+    );
+    s.claim(t0, "ns/a", ip("192.0.2.30"), AllowedInterfaces::all());
+    assert_eq!(
+        s.claim(t0, "ns/b", ip("2001:db8::10"), AllowedInterfaces::all()),
+        []
+    );
+    assert_eq!(s.release_owner(t0, "ns/a"), [], "ns/b still holds the v6");
+    assert!(!s.owned().contains(&ip("192.0.2.30")));
+    assert!(s.owned().contains(&ip("2001:db8::10")));
+    assert_eq!(s.release_owner(t0, "ns/b"), [leave]);
+    assert!(s.owned().is_empty());
+    assert!(s.memberships().is_empty());
+}
+
+/// `disown` ends every claim on the IP; `own` is the unnamed claim.
+#[test]
+fn disown_ends_every_claim() {
+    let t0 = Instant::now();
+    let mut s = L2State::new(AnnounceConfig::default());
+    s.set_interfaces(t0, vec![eth0()]);
+    let a = ip("192.0.2.40");
+    s.own(t0, a, AllowedInterfaces::all());
+    s.claim(t0, "ns/a", a, AllowedInterfaces::all());
+    assert_eq!(s.owners(&a), ["", "ns/a"]);
+    s.disown(&a);
+    assert!(s.owners(&a).is_empty());
+    assert!(!s.owned().contains(&a));
+    // A release after the disown is a no-op.
+    assert_eq!(s.release(t0, "ns/a", &a), []);
+}
+
+mod claim_model {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Claim(usize, usize, Option<usize>),
+        Release(usize, usize),
+        ReleaseOwner(usize),
+    }
+
+    const OWNERS: [&str; 3] = ["ns/a", "ns/b", "ns/c"];
+    const IFACES: [&str; 2] = ["eth0", "eth1"];
+
+    fn ips() -> [IpAddr; 3] {
+        [ip("192.0.2.50"), ip("2001:db8::50"), ip("2001:db8:1::50")]
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..3usize, 0..3usize, proptest::option::of(0..2usize))
+                .prop_map(|(o, i, f)| Op::Claim(o, i, f)),
+            (0..3usize, 0..3usize).prop_map(|(o, i)| Op::Release(o, i)),
+            (0..3usize).prop_map(Op::ReleaseOwner),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        /// Against a model: an IP is owned iff some claim remains, on the
+        /// union of the claims' interfaces; memberships are those of the
+        /// owned IPv6 addresses on their interfaces.
+        #[test]
+        fn claims_match_model(ops in proptest::collection::vec(op(), 1..40)) {
+            let t0 = Instant::now();
+            let mut s = L2State::new(AnnounceConfig::default());
+            s.set_interfaces(t0, two_ifaces());
+            // ip -> owner -> interfaces (None: all)
+            let mut model: BTreeMap<IpAddr, BTreeMap<&str, Option<&str>>> = BTreeMap::new();
+            for op in ops {
+                match op {
+                    Op::Claim(o, i, f) => {
+                        let allowed = f.map_or_else(AllowedInterfaces::all, |f| AllowedInterfaces::only([IFACES[f]]));
+                        s.claim(t0, OWNERS[o], ips()[i], allowed);
+                        model.entry(ips()[i]).or_default().insert(OWNERS[o], f.map(|f| IFACES[f]));
+                    }
+                    Op::Release(o, i) => {
+                        s.release(t0, OWNERS[o], &ips()[i]);
+                        if let Some(m) = model.get_mut(&ips()[i]) {
+                            m.remove(OWNERS[o]);
+                        }
+                    }
+                    Op::ReleaseOwner(o) => {
+                        s.release_owner(t0, OWNERS[o]);
+                        for m in model.values_mut() {
+                            m.remove(OWNERS[o]);
+                        }
+                    }
+                }
+                model.retain(|_, m| !m.is_empty());
+                let mut groups = BTreeSet::new();
+                for ip in ips() {
+                    let Some(m) = model.get(&ip) else {
+                        prop_assert!(!s.owned().contains(&ip));
+                        prop_assert!(s.announced_on(&ip).is_empty());
+                        prop_assert!(s.owners(&ip).is_empty());
+                        continue;
+                    };
+                    let want: Vec<String> = if m.values().any(Option::is_none) {
+                        IFACES.iter().map(|s| s.to_string()).collect()
+                    } else {
+                        m.values().flatten().map(|s| s.to_string()).collect::<BTreeSet<_>>().into_iter().collect()
+                    };
+                    prop_assert_eq!(s.announced_on(&ip), want.clone());
+                    prop_assert_eq!(s.owners(&ip), m.keys().map(|s| s.to_string()).collect::<Vec<_>>());
+                    if let IpAddr::V6(v6) = ip {
+                        for name in &want {
+                            groups.insert((name.clone(), solicited_node_multicast(v6)));
+                        }
+                    }
+                }
+                let have: BTreeSet<(String, std::net::Ipv6Addr)> =
+                    s.memberships().into_iter().map(|(_, n, g)| (n, g)).collect();
+                prop_assert_eq!(have, groups);
+            }
+        }
+    }
+}

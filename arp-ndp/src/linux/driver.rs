@@ -111,6 +111,9 @@ pub struct GratuitousEvent {
 enum Command {
     Own(IpAddr, AllowedInterfaces),
     Disown(IpAddr),
+    Claim(String, IpAddr, AllowedInterfaces),
+    Release(String, IpAddr),
+    ReleaseOwner(String),
 }
 
 /// The driver stopped: its task ended.
@@ -133,6 +136,9 @@ impl std::fmt::Debug for Command {
         match self {
             Command::Own(ip, a) => write!(f, "Own({ip}, {a:?})"),
             Command::Disown(ip) => write!(f, "Disown({ip})"),
+            Command::Claim(o, ip, a) => write!(f, "Claim({o:?}, {ip}, {a:?})"),
+            Command::Release(o, ip) => write!(f, "Release({o:?}, {ip})"),
+            Command::ReleaseOwner(o) => write!(f, "ReleaseOwner({o:?})"),
         }
     }
 }
@@ -152,9 +158,42 @@ impl L2Handle {
             .map_err(|_| Stopped)
     }
 
-    /// Stops owning `ip`.
+    /// Stops owning `ip`, whoever claimed it.
     pub fn disown(&self, ip: IpAddr) -> Result<(), Stopped> {
         self.commands.send(Command::Disown(ip)).map_err(|_| Stopped)
+    }
+
+    /// `owner` (e.g. a Service's `namespace/name`) wants `ip` on `allowed`;
+    /// the IP is owned while any owner claims it, on the union of their
+    /// lists ([`L2State::claim`]).
+    pub fn claim(
+        &self,
+        owner: impl Into<String>,
+        ip: IpAddr,
+        allowed: AllowedInterfaces,
+    ) -> Result<(), Stopped> {
+        self.commands
+            .send(Command::Claim(owner.into(), ip, allowed))
+            .map_err(|_| Stopped)
+    }
+
+    /// `owner` no longer wants `ip` ([`L2State::release`]).
+    pub fn release(&self, owner: impl Into<String>, ip: IpAddr) -> Result<(), Stopped> {
+        self.commands
+            .send(Command::Release(owner.into(), ip))
+            .map_err(|_| Stopped)
+    }
+
+    /// Releases every claim of `owner` ([`L2State::release_owner`]).
+    pub fn release_owner(&self, owner: impl Into<String>) -> Result<(), Stopped> {
+        self.commands
+            .send(Command::ReleaseOwner(owner.into()))
+            .map_err(|_| Stopped)
+    }
+
+    /// Owners claiming `ip`, sorted.
+    pub fn owners(&self, ip: &IpAddr) -> Vec<String> {
+        lock(&self.state).owners(ip)
     }
 
     /// Interfaces `ip` is announced on, sorted (for ServiceL2Status).
@@ -397,6 +436,9 @@ impl Driver {
         let changes = match c {
             Command::Own(ip, allowed) => lock(&self.state).own(now, ip, allowed),
             Command::Disown(ip) => lock(&self.state).disown(&ip),
+            Command::Claim(owner, ip, allowed) => lock(&self.state).claim(now, &owner, ip, allowed),
+            Command::Release(owner, ip) => lock(&self.state).release(now, &owner, &ip),
+            Command::ReleaseOwner(owner) => lock(&self.state).release_owner(now, &owner),
         };
         self.apply_memberships(&changes);
     }
