@@ -15,8 +15,10 @@
 //! The I/O edge:
 //! - [`transport`]: the one module that sets socket options (source
 //!   bind, TTL / hop limit, `SO_BINDTODEVICE` for VRFs, connect timeout,
-//!   optional listener); TCP MD5 is refused with a clear error until a
-//!   safe `TCP_MD5SIG` wrapper exists;
+//!   listener sockets) and TCP MD5 (RFC 2385) through `netsys`;
+//! - [`listener`]: the listener for peers that dial in, one per local
+//!   address shared by every session on it (dispatch by peer address,
+//!   per-peer TCP MD5 keys, bind failures as session errors, rebinds);
 //! - [`session`]: one tokio task per peer wiring the FSM, the transport,
 //!   the Adj-RIB-Out, the state (a `watch`) and the metrics.
 //!
@@ -24,6 +26,7 @@
 //! line: see `bgp/README.md`.
 
 pub mod fsm;
+pub mod listener;
 pub mod metrics;
 pub mod rib_out;
 pub mod session;

@@ -22,7 +22,12 @@
 //!   other family the first address of that family on the same interface
 //!   (global IPv6 only); `sourceAddress` is the local address when set;
 //!   no address means that family is not announced and the Adj-RIB-Out
-//!   state says why ([`crate::state::FamilyDisabled::NoNextHop`]).
+//!   state says why ([`crate::state::FamilyDisabled::NoNextHop`]);
+//! - the optional listener ([`PeerConfig::listen`]) is a registration on a
+//!   [`Listeners`] set shared by every session on the same local address
+//!   (see [`crate::listener`]): [`Session::spawn`] uses the process-wide
+//!   set ([`Listeners::process`]), [`Session::spawn_with_listeners`] the
+//!   caller's. The registration lives as long as the session task.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -38,10 +43,11 @@ use tokio::task::JoinHandle;
 use crate::fsm::{
     self, ConnId, FsmEvent, FsmState, Input, Output, PeerAs, ResendCause, SessionParams, Timer,
 };
+use crate::listener::{ListenError, ListenEvent, ListenGuard, ListenKey, ListenRequest, Listeners};
 use crate::metrics::{SessionMetrics, peer_label};
 use crate::rib_out::{AdjRibOut, Advertisement, SessionContext};
 use crate::state::{CapabilitiesState, LastError, SessionState};
-use crate::transport::{self, ConnectOptions, InterfaceInfo, ListenOptions, TransportError};
+use crate::transport::{self, ConnectOptions, InterfaceInfo, TransportError};
 use crate::wire::{DecodeContext, EncodeContext, Message, MessageType, NextHop, frame};
 
 /// How long closing a connection may take to flush what was queued.
@@ -65,7 +71,9 @@ pub struct PeerConfig {
     pub vrf: Option<String>,
     /// Bound on one TCP handshake; `None`: the ConnectRetry delay bounds it.
     pub connect_timeout: Option<Duration>,
-    /// Optional listener for the peer dialling in (off by default).
+    /// Optional listener for the peer dialling in (off by default): the
+    /// local `addr:port`, shared with every other session listening there
+    /// (in the same `vrf`), see [`crate::listener`].
     pub listen: Option<SocketAddr>,
 }
 
@@ -183,7 +191,7 @@ enum Event {
         result: Result<TcpStream, TransportError>,
     },
     Accepted(TcpStream),
-    ListenFailed(TransportError),
+    ListenFailed(ListenError),
     Data {
         conn: ConnId,
         bytes: Bytes,
@@ -221,9 +229,21 @@ pub struct Session {
 impl Session {
     /// Starts the session task (on the current tokio runtime) and the
     /// session. `metrics`: the session's series, moved with each state.
+    /// The listener, when [`PeerConfig::listen`] is set, is shared through
+    /// the process-wide [`Listeners::process`].
     pub fn spawn(
         config: PeerConfig,
         metrics: Option<SessionMetrics>,
+    ) -> Result<Self, SessionError> {
+        Self::spawn_with_listeners(config, metrics, Listeners::process())
+    }
+
+    /// [`Session::spawn`] with the listener registered on `listeners`
+    /// (the speaker's set, shared by all its sessions).
+    pub fn spawn_with_listeners(
+        config: PeerConfig,
+        metrics: Option<SessionMetrics>,
+        listeners: Listeners,
     ) -> Result<Self, SessionError> {
         let fsm = fsm::Session::new(config.fsm.clone())?;
         let now = SystemTime::now();
@@ -247,6 +267,8 @@ impl Session {
             timer_generation: 0,
             established: None,
             passive_seq: 0,
+            listeners,
+            listen_guard: None,
             listener: None,
             closing: Vec::new(),
             stopping: false,
@@ -362,6 +384,10 @@ struct Driver {
     timer_generation: u64,
     established: Option<(ConnId, SessionContext)>,
     passive_seq: u64,
+    listeners: Listeners,
+    /// The registration on the shared listener; dropping it deregisters.
+    listen_guard: Option<ListenGuard>,
+    /// Forwards the registration's events to the session task.
     listener: Option<JoinHandle<()>>,
     /// Writer tasks flushing a closed connection.
     closing: Vec<JoinHandle<()>>,
@@ -415,6 +441,7 @@ impl Driver {
 
     /// Ends every task of the session, letting closing writers flush.
     async fn finish(&mut self) {
+        self.listen_guard = None;
         if let Some(l) = self.listener.take() {
             l.abort();
         }
@@ -473,50 +500,33 @@ impl Driver {
         let Some(addr) = self.config.listen else {
             return;
         };
-        let opts = ListenOptions {
-            addr,
-            ttl: self.config.ttl(),
-            md5: self
-                .config
-                .password
-                .iter()
-                .map(|p| (self.config.peer.ip(), p.clone()))
-                .collect(),
-            vrf: self.config.vrf.clone(),
+        let request = ListenRequest {
+            key: ListenKey::new(addr, self.config.vrf.clone()),
+            peer: self.config.peer.ip(),
+            password: self.config.password.clone(),
         };
-        let tx = self.ev_tx.clone();
-        let peer = self.config.peer.ip();
-        let listener = match transport::listen(&opts) {
-            Ok(l) => l,
+        let registration = match self.listeners.register(request) {
+            Ok(r) => r,
             Err(e) => {
-                // A busy port is a session error, never fatal: the session
-                // still connects out.
-                self.set_error(LastError::session(
-                    format!("listener disabled: {e}"),
-                    SystemTime::now(),
-                ));
+                // Never fatal: the session still connects out.
+                self.set_error(LastError::session(e.to_string(), SystemTime::now()));
                 return;
             }
         };
+        let mut events = registration.events;
+        self.listen_guard = Some(registration.guard);
+        let tx = self.ev_tx.clone();
         self.listener = Some(tokio::spawn(async move {
-            loop {
-                match listener.accept().await {
-                    // Only the configured peer may dial in.
-                    Ok((stream, remote)) if remote.ip() == peer => {
-                        if tx.send(Event::Accepted(stream)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        let _ = tx
-                            .send(Event::ListenFailed(TransportError::Listen {
-                                addr: opts.addr,
-                                source: e,
-                            }))
-                            .await;
-                        return;
-                    }
+            while let Some(ev) = events.recv().await {
+                let ev = match ev {
+                    ListenEvent::Accepted(stream) => Event::Accepted(stream),
+                    // A busy port is a session error, never fatal; the
+                    // listener retries the bind by itself.
+                    ListenEvent::Failed(e) => Event::ListenFailed(e),
+                    ListenEvent::Listening(_) => continue,
+                };
+                if tx.send(ev).await.is_err() {
+                    return;
                 }
             }
         }));
@@ -872,10 +882,7 @@ impl Driver {
                 }
             }
             Event::ListenFailed(e) => {
-                self.set_error(LastError::session(
-                    format!("listener stopped: {e}"),
-                    SystemTime::now(),
-                ));
+                self.set_error(LastError::session(e.to_string(), SystemTime::now()));
             }
             Event::Data { conn, bytes } => self.data(conn, bytes),
             Event::ReadClosed { conn, error } => {

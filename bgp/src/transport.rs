@@ -24,6 +24,10 @@
 //! `SO_REUSEADDR` and the MD5 key of each peer allowed to dial in (more
 //! with [`set_listener_md5`]); a busy port is returned as an error for the session to
 //! show (Calico's BIRD often holds :179), never a panic or an exit.
+//! [`stop_listener`] stops one at once. Sessions share one listener per
+//! local address through [`crate::listener`], which calls these
+//! ([`listen_keyed`]: one refused key does not fail the others;
+//! [`accept_pending`]: the connections queued when a key is added).
 //!
 //! [`interface_of`] reads the node's interface addresses (`getifaddrs`
 //! through `nix`) for the next hop of the other address family and the
@@ -271,9 +275,40 @@ pub fn set_listener_md5(
     set_md5(listener, peer, password)
 }
 
+/// Stops a listener listening at once (`shutdown`): connections not
+/// accepted yet are reset, new ones are refused, a pending `accept` fails.
+/// The port is free for another listener right away (with SO_REUSEADDR,
+/// which [`listen`] sets); the descriptor closes when the listener drops.
+pub fn stop_listener(listener: &TcpListener) -> Result<(), TransportError> {
+    socket2::SockRef::from(listener)
+        .shutdown(std::net::Shutdown::Both)
+        .map_err(TransportError::socket("shutdown the listener"))
+}
+
 /// Binds the listener. A busy port is an `Err` ([`TransportError::Listen`]
 /// with `AddrInUse`) for the session to show.
 pub fn listen(opts: &ListenOptions) -> Result<TcpListener, TransportError> {
+    let (listener, mut key_errors) = bind_listener(opts, false)?;
+    match key_errors.pop() {
+        Some((_, e)) => Err(e),
+        None => Ok(listener),
+    }
+}
+
+/// [`listen`] for a listener shared by several peers: a key the kernel
+/// refuses does not fail the others; it is returned with its peer (whose
+/// connections are then unauthenticated: the caller must not take them).
+/// Every key is installed before the socket listens.
+pub fn listen_keyed(
+    opts: &ListenOptions,
+) -> Result<(TcpListener, Vec<(IpAddr, TransportError)>), TransportError> {
+    bind_listener(opts, true)
+}
+
+fn bind_listener(
+    opts: &ListenOptions,
+    tolerate_key_errors: bool,
+) -> Result<(TcpListener, Vec<(IpAddr, TransportError)>), TransportError> {
     let ipv4 = opts.addr.is_ipv4();
     let socket = Socket::new(domain_of(&opts.addr), Type::STREAM, Some(Protocol::TCP))
         .map_err(TransportError::socket("socket"))?;
@@ -290,8 +325,13 @@ pub fn listen(opts: &ListenOptions) -> Result<TcpListener, TransportError> {
     }
     set_device(&socket, opts.vrf.as_deref())?;
     set_ttl(&socket, ipv4, opts.ttl)?;
+    let mut key_errors = Vec::new();
     for (peer, password) in &opts.md5 {
-        set_md5(&socket, *peer, Some(password))?;
+        match set_md5(&socket, *peer, Some(password)) {
+            Ok(()) => {}
+            Err(e) if tolerate_key_errors => key_errors.push((*peer, e)),
+            Err(e) => return Err(e),
+        }
     }
     let listen_err = |source| TransportError::Listen {
         addr: opts.addr,
@@ -301,7 +341,32 @@ pub fn listen(opts: &ListenOptions) -> Result<TcpListener, TransportError> {
         .bind(&SockAddr::from(opts.addr))
         .map_err(listen_err)?;
     socket.listen(16).map_err(listen_err)?;
-    TcpListener::from_std(std::net::TcpListener::from(socket)).map_err(listen_err)
+    let listener =
+        TcpListener::from_std(std::net::TcpListener::from(socket)).map_err(listen_err)?;
+    Ok((listener, key_errors))
+}
+
+/// Accepts, without waiting, the connections the kernel has completed on
+/// `listener` (at most `max`): after a key is installed on a running
+/// listener, those from its peer may predate the key (unauthenticated).
+pub fn accept_pending(listener: &TcpListener, max: usize) -> Vec<(TcpStream, SocketAddr)> {
+    let sock = socket2::SockRef::from(listener);
+    let mut out = Vec::new();
+    while out.len() < max {
+        let Ok((s, addr)) = sock.accept() else {
+            break; // WouldBlock: none left (any other error: accept later)
+        };
+        let Some(addr) = addr.as_socket() else {
+            continue;
+        };
+        if s.set_nonblocking(true).is_err() {
+            continue; // dropped: closed
+        }
+        if let Ok(stream) = TcpStream::from_std(std::net::TcpStream::from(s)) {
+            out.push((stream, addr));
+        }
+    }
+    out
 }
 
 /// Sets TTL / hop limit on an accepted connection (the listener's value is

@@ -61,6 +61,9 @@ async fn run_helper(spec: &str) -> Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
 
     let v: serde_json::Value = serde_json::from_str(spec)?;
+    if let Some(sessions) = v["sessions"].as_array() {
+        return run_sessions_helper(sessions).await;
+    }
     let my_asn = v["my_asn"].as_u64().context("my_asn")? as u32;
     let peer_asn = v["peer_asn"].as_u64().context("peer_asn")? as u32;
     let peer: IpAddr = v["peer"].as_str().context("peer")?.parse()?;
@@ -160,6 +163,94 @@ async fn run_helper(spec: &str) -> Result<()> {
     } else {
         println!("{}", serde_json::json!({"event": "stopped", "how": how}));
     }
+    Ok(())
+}
+
+/// Several sessions in one speaker, sharing one [`bgp::listener::Listeners`]
+/// as the speaker does: each spec has `peer`, `my_asn`, `peer_asn`,
+/// `prefixes` and optionally `password`, `listen` (our local address; port
+/// 179), `passive` (PassiveTcpEstablishment) and `connect_time` (the
+/// ConnectRetry time, default 2 s: with `passive`, how long before we dial
+/// out ourselves).
+/// Every printed event carries the session's `peer`; SIGTERM withdraws
+/// and closes every session with Cease.
+async fn run_sessions_helper(specs: &[serde_json::Value]) -> Result<()> {
+    use bgp::fsm::{Config, PeerAs};
+    use bgp::listener::Listeners;
+    use bgp::rib_out::Advertisement;
+    use bgp::session::{PeerConfig, Session};
+    use tokio::signal::unix::{SignalKind, signal};
+
+    let mut term = signal(SignalKind::terminate())?;
+    let listeners = Listeners::new();
+    let (out_tx, mut out) = tokio::sync::mpsc::unbounded_channel::<serde_json::Value>();
+    let mut sessions = Vec::new();
+    for v in specs {
+        let peer: IpAddr = v["peer"].as_str().context("peer")?.parse()?;
+        let my_asn = v["my_asn"].as_u64().context("my_asn")? as u32;
+        let peer_asn = v["peer_asn"].as_u64().context("peer_asn")? as u32;
+        let mut fsm = Config::new(my_asn, PeerAs::Fixed(peer_asn), "node-1");
+        fsm.connect_time = Some(v["connect_time"].as_u64().unwrap_or(2) as u16);
+        fsm.passive_tcp_establishment = v["passive"].as_bool().unwrap_or(false);
+        let mut cfg = PeerConfig::new(fsm, std::net::SocketAddr::new(peer, 179));
+        cfg.password = v["password"].as_str().map(str::to_owned);
+        if let Some(listen) = v["listen"].as_str() {
+            cfg.listen = Some(std::net::SocketAddr::new(listen.parse()?, 179));
+        }
+        let ads: Vec<Advertisement> = v["prefixes"]
+            .as_array()
+            .context("prefixes")?
+            .iter()
+            .map(|p| Advertisement::new(p.as_str().unwrap().parse().unwrap()))
+            .collect();
+        let session = Session::spawn_with_listeners(cfg, None, listeners.clone())?;
+        let mut events = session.events();
+        let mut state = session.state();
+        let tx = out_tx.clone();
+        let tag = peer.to_string();
+        tokio::spawn(async move {
+            loop {
+                let mut line = tokio::select! {
+                    ev = events.recv() => match ev {
+                        Ok(ev) => serde_json::to_value(&ev).unwrap(),
+                        Err(_) => return,
+                    },
+                    changed = state.changed() => match changed {
+                        Ok(()) => {
+                            let s = state.borrow_and_update().clone();
+                            serde_json::json!({"event": "state", "state": s})
+                        }
+                        Err(_) => return,
+                    },
+                };
+                line["peer"] = serde_json::json!(tag);
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        session.set_advertisements(ads)?;
+        sessions.push(session);
+    }
+    println!("{{\"event\":\"helper_started\"}}");
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            Some(line) = out.recv() => println!("{line}"),
+        }
+    }
+    for session in sessions {
+        session.set_advertisements(Vec::new())?;
+        session.shutdown("interop test done").await;
+    }
+    while let Ok(line) = out.try_recv() {
+        println!("{line}");
+    }
+    println!(
+        "{}",
+        serde_json::json!({"event": "listeners", "stats": format!("{:?}", listeners.stats())})
+    );
+    println!("{{\"event\":\"stopped\"}}");
     Ok(())
 }
 
@@ -1270,4 +1361,89 @@ fn enhanced_route_refresh_frr() -> Result<()> {
 #[test]
 fn enhanced_route_refresh_bird() -> Result<()> {
     route_refresh(RouterKind::Bird, true)
+}
+
+// ---------------------------------------------------------------- listener
+
+/// One listener on our one address, two routers dialling in (FRR from
+/// `router`, BIRD from `router2`), each with its own TCP MD5 password:
+/// both sessions of the one speaker are passive (PassiveTcpEstablishment,
+/// ConnectRetry 300 s: we do not dial out during the test, the routers
+/// retry every 5 s) and reach Established through the shared listener (the local port of
+/// each negotiated connection is 179), each router gets its session's
+/// prefix, and the passwords never show.
+#[test]
+fn listen_shared_two_routers_dial_in() -> Result<()> {
+    let (_serial, lab) = setup()?;
+    let frr_at = L2Router::of(RouterKind::Frr);
+    let bird_at = L2Router::of(RouterKind::Bird);
+    let frr = lab.start_l2_router(
+        &frr_at
+            .config()
+            .neighbor(Neighbor::new(node1_v4(), plan::NODE_AS).password("frr-listen-key")),
+    )?;
+    let bird = lab.start_l2_router(
+        &bird_at
+            .config()
+            .neighbor(Neighbor::new(node1_v4(), plan::NODE_AS).password("bird-listen-key")),
+    )?;
+    let session = |at: &L2Router, password: &str, prefix: &str| {
+        serde_json::json!({
+            "peer": at.v4.to_string(),
+            "my_asn": plan::NODE_AS,
+            "peer_asn": at.asn,
+            "password": password,
+            "listen": node1_v4().to_string(),
+            "passive": true,
+            "connect_time": 300,
+            "prefixes": [prefix],
+        })
+    };
+    let spec = serde_json::json!({
+        "sessions": [
+            session(&frr_at, "frr-listen-key", "198.51.100.41/32"),
+            session(&bird_at, "bird-listen-key", "198.51.100.42/32"),
+        ],
+    });
+    let speaker = Speaker::start(lab.node(1), spec)?;
+    wait_router_established(&frr, node1_v4(), &speaker)?;
+    wait_router_established(&bird, node1_v4(), &speaker)?;
+    let local = format!("{}:179", node1_v4());
+    for at in [&frr_at, &bird_at] {
+        let peer = at.v4.to_string();
+        speaker.wait_event(
+            &format!("Established with {peer}"),
+            Duration::from_secs(10),
+            |e| {
+                e["peer"] == peer.as_str()
+                    && e["event"] == "state_changed"
+                    && e["to"] == "Established"
+            },
+        )?;
+        // Dialled in: our end of the connection is the listener's port.
+        speaker.wait_event(
+            &format!("negotiated with {peer} on {local}"),
+            Duration::from_secs(10),
+            |e| {
+                e["peer"] == peer.as_str()
+                    && e["event"] == "negotiated"
+                    && e["local"] == local.as_str()
+                    && e["peer_as"] == at.asn
+            },
+        )?;
+    }
+    wait_prefixes(&frr, Family::Ipv4, &["198.51.100.41/32"]).with_context(|| speaker.log())?;
+    wait_prefixes(&bird, Family::Ipv4, &["198.51.100.42/32"]).with_context(|| speaker.log())?;
+    let log = speaker.log();
+    ensure!(
+        !log.contains("listener disabled") && !log.contains("listener stopped"),
+        "listener error: {log}"
+    );
+    let log = speaker.stop()?;
+    wait_prefixes(&frr, Family::Ipv4, &[]).with_context(|| log.clone())?;
+    wait_prefixes(&bird, Family::Ipv4, &[]).with_context(|| log.clone())?;
+    for key in ["frr-listen-key", "bird-listen-key"] {
+        ensure!(!log.contains(key), "the password leaked: {log}");
+    }
+    Ok(())
 }
