@@ -51,6 +51,28 @@ pub fn jittered_ns(interval_ns: u64, detect_mult: u8, random: u32) -> u64 {
     interval_ns - reduction
 }
 
+/// As [`jittered_ns`], but `margin_ns` inside both ends of the band (at
+/// most half its width): a transmission the edge sends up to `margin_ns`
+/// early or late against such a deadline still keeps the interval between
+/// two packets inside 75-100 % (75-90 %).
+pub fn jittered_with_margin_ns(
+    interval_ns: u64,
+    detect_mult: u8,
+    random: u32,
+    margin_ns: u64,
+) -> u64 {
+    let low = interval_ns - interval_ns / 4;
+    let high = if detect_mult == 1 {
+        interval_ns - interval_ns / 10
+    } else {
+        interval_ns
+    };
+    let margin = margin_ns.min((high - low) / 2);
+    let span = u128::from(high - low - 2 * margin) + 1;
+    let offset = ((u128::from(random) * span) >> 32) as u64;
+    low + margin + offset
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,6 +96,28 @@ mod tests {
         assert_eq!(jittered_ns(i, 1, 0), 900_000_000);
         assert_eq!(jittered_ns(i, 1, u32::MAX), 750_000_000);
         assert_eq!(jittered_ns(u64::MAX, 3, u32::MAX), u64::MAX - u64::MAX / 4);
+    }
+
+    #[test]
+    fn jitter_with_margin_stays_inside_the_band_by_the_margin() {
+        let i = 50_000_000u64;
+        let m = 2_000_000u64;
+        assert_eq!(jittered_with_margin_ns(i, 3, 0, m), 37_500_000 + m);
+        assert_eq!(jittered_with_margin_ns(i, 3, u32::MAX, m), i - m);
+        assert_eq!(jittered_with_margin_ns(i, 1, 0, m), 37_500_000 + m);
+        assert_eq!(jittered_with_margin_ns(i, 1, u32::MAX, m), 45_000_000 - m);
+        // No margin: the whole band.
+        assert_eq!(jittered_with_margin_ns(i, 3, 0, 0), 37_500_000);
+        assert_eq!(jittered_with_margin_ns(i, 3, u32::MAX, 0), i);
+        // A margin wider than half the band: the middle.
+        assert_eq!(jittered_with_margin_ns(100, 1, 0, 1_000), 82);
+        assert_eq!(jittered_with_margin_ns(100, 1, u32::MAX, 1_000), 83);
+        assert_eq!(jittered_with_margin_ns(0, 3, u32::MAX, 5), 0);
+        let mut rng = SplitMix64::new(9);
+        for _ in 0..10_000 {
+            let j = jittered_with_margin_ns(i, 3, rng.next_u32(), m);
+            assert!((37_500_000 + m..=i - m).contains(&j), "{j}");
+        }
     }
 
     #[test]

@@ -78,7 +78,7 @@ use serde::{Deserialize, Serialize};
 use crate::packet::{ControlPacket, Diagnostic, EchoPacket, State};
 use crate::params::Parameters;
 use crate::path::{SessionKey, check_ttl};
-use crate::rng::{SplitMix64, jittered_ns};
+use crate::rng::{SplitMix64, jittered_with_margin_ns};
 
 /// Desired min TX advertised while not Up (RFC 5880 §6.8.3), µs.
 pub const SLOW_TX_INTERVAL_US: u32 = 1_000_000;
@@ -141,6 +141,17 @@ pub enum Event {
     EchoLoopback(bool),
 }
 
+/// At most this much before its deadline may the edge send a periodic
+/// packet (4 % of the interval below 50 ms): the jitter is drawn that far
+/// inside the 75-100 % band, so the interval stays inside it, and a packet
+/// due soon leaves with the wakeup of another instead of costing its own.
+pub const TX_EARLY_MAX_NS: u64 = 2_000_000;
+
+/// The early-send margin for a transmission interval.
+pub fn tx_margin_ns(interval_ns: u64) -> u64 {
+    TX_EARLY_MAX_NS.min(interval_ns / 25)
+}
+
 /// An output of the state machine.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Action {
@@ -149,8 +160,16 @@ pub enum Action {
     /// Send this echo packet (single-hop IPv4: to our own address, through
     /// the remote's forwarding plane).
     SendEcho(EchoPacket),
-    /// Arm (or re-arm) a timer at an absolute deadline, ns.
-    ArmTimer { timer: Timer, at_ns: u64 },
+    /// Arm (or re-arm) a timer at an absolute deadline, ns. The edge may
+    /// deliver it up to `early_ns` before `at_ns` (as if at `at_ns`), to
+    /// send with a transmission or reception already being handled instead
+    /// of waking for it; non-zero only for [`Timer::Tx`], where the jitter
+    /// was drawn that far inside the band (see [`TX_EARLY_MAX_NS`]).
+    ArmTimer {
+        timer: Timer,
+        at_ns: u64,
+        early_ns: u64,
+    },
     /// Disarm a timer.
     CancelTimer(Timer),
     /// The session changed state.
@@ -785,9 +804,26 @@ impl Session {
         u64::from(self.rx_in_use_us.max(self.remote.desired_min_tx_us))
     }
 
+    /// The next periodic interval: jittered inside the band by the margin
+    /// the edge may send early ([`Action::ArmTimer`]'s `early_ns`).
     fn jitter(&mut self, interval_ns: u64) -> u64 {
         let random = self.rng.next_u32();
-        jittered_ns(interval_ns, self.params.detect_mult(), random)
+        jittered_with_margin_ns(
+            interval_ns,
+            self.params.detect_mult(),
+            random,
+            tx_margin_ns(interval_ns),
+        )
+    }
+
+    /// How early the Tx deadline `at` may be delivered: the margin, and
+    /// never before 75 % of the interval after the last transmission.
+    fn tx_early_ns(&self, at: u64) -> u64 {
+        let interval = self.tx_interval_ns();
+        let floor = self
+            .last_tx
+            .map_or(0, |last| last + (interval - interval / 4));
+        tx_margin_ns(interval).min(at.saturating_sub(floor))
     }
 
     fn build_packet(&self, poll: bool, final_: bool) -> ControlPacket {
@@ -818,7 +854,15 @@ impl Session {
         }
         *slot = at;
         out.push(match at {
-            Some(at_ns) => Action::ArmTimer { timer, at_ns },
+            Some(at_ns) => Action::ArmTimer {
+                timer,
+                at_ns,
+                early_ns: if timer == Timer::Tx {
+                    self.tx_early_ns(at_ns)
+                } else {
+                    0
+                },
+            },
             None => Action::CancelTimer(timer),
         });
     }

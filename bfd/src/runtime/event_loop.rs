@@ -20,7 +20,7 @@ use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFl
 use tokio::sync::{mpsc, watch};
 
 use super::stats::Shared;
-use super::{Acquired, BATCH_SLACK_NS, BfdEvent, Command, Error, neigh, sys};
+use super::{Acquired, BATCH_SLACK_NS, BfdEvent, Command, Error, RX_GATE_NS, neigh, sys};
 use crate::frame::{self, EchoPath};
 use crate::metrics::{self, Sample};
 use crate::packet::{ControlPacket, EchoPacket, MAX_PACKET_LEN, State};
@@ -31,7 +31,7 @@ use crate::path::{
 };
 use crate::registry::{ClientId, Registry, RxMeta};
 use crate::rng::SplitMix64;
-use crate::session::{Action, Event, SessionStatus, StateChange, Timer};
+use crate::session::{Action, Event, SessionStatus, StateChange, TX_EARLY_MAX_NS, Timer};
 
 const TOKEN_WAKE: u64 = 0;
 const TOKEN_TIMER: u64 = 1;
@@ -57,6 +57,9 @@ pub(super) struct Setup {
 struct RxSocket {
     socket: UdpSocket,
     hop: Hop,
+    /// Taken out of the epoll set while packets arrive faster than one per
+    /// [`RX_GATE_NS`]; drained at every wakeup instead.
+    gated: bool,
 }
 
 /// The edge's side of a session.
@@ -102,7 +105,14 @@ struct EventLoop {
     rx: Vec<RxSocket>,
     sessions: HashMap<u32, SessionIo>,
     heap: BinaryHeap<Reverse<(u64, u32, Timer)>>,
-    deadlines: HashMap<(u32, Timer), u64>,
+    /// Live deadline of each armed timer, and how early it may be
+    /// delivered ([`Action::ArmTimer`]).
+    deadlines: HashMap<(u32, Timer), (u64, u64)>,
+    /// When the gated receiving sockets are next drained (and re-enabled
+    /// if nothing came); `None` while no socket is gated.
+    rx_gate: Option<u64>,
+    /// The last wakeup that a receiving socket caused.
+    last_rx_wake: Option<u64>,
     subscribers: Vec<mpsc::UnboundedSender<BfdEvent>>,
     shared: Arc<Shared>,
     ifnames: HashMap<u32, String>,
@@ -164,7 +174,11 @@ impl EventLoop {
                         epoll
                             .add(&socket, EpollEvent::new(EpollFlags::EPOLLIN, token))
                             .map_err(|e| Error::io("epoll", e))?;
-                        rx.push(RxSocket { socket, hop });
+                        rx.push(RxSocket {
+                            socket,
+                            hop,
+                            gated: false,
+                        });
                     }
                     // IPv6 disabled on the host: IPv4 still works.
                     Err(e)
@@ -196,6 +210,8 @@ impl EventLoop {
             sessions: HashMap::new(),
             heap: BinaryHeap::new(),
             deadlines: HashMap::new(),
+            rx_gate: None,
+            last_rx_wake: None,
             subscribers: Vec::new(),
             shared: setup.shared,
             ifnames: HashMap::new(),
@@ -224,7 +240,11 @@ impl EventLoop {
                 }
             };
             Shared::bump(&self.shared.wakeups);
+            // Packets queued on gated sockets are older than anything this
+            // wakeup is for: handled first, before any timer.
+            self.drain_gated();
             let mut commands = false;
+            let mut rx_ready = false;
             for event in &events[..n] {
                 match event.data() {
                     TOKEN_WAKE => commands = true,
@@ -233,8 +253,16 @@ impl EventLoop {
                         let _ = self.timer.wait();
                     }
                     token if token & TOKEN_ECHO != 0 => self.drain_echo(token as u32),
-                    token => self.drain_socket((token - TOKEN_RX) as usize),
+                    token => {
+                        rx_ready = true;
+                        let index = (token - TOKEN_RX) as usize;
+                        self.drain_socket(index);
+                        self.maybe_gate(index);
+                    }
                 }
+            }
+            if rx_ready {
+                self.last_rx_wake = Some(self.now());
             }
             if commands {
                 let _ = self.wake.read();
@@ -250,21 +278,28 @@ impl EventLoop {
 
     // ---- receiving ----
 
-    fn drain_socket(&mut self, index: usize) {
+    /// Reads every datagram queued on a receiving socket; returns how many.
+    fn drain_socket(&mut self, index: usize) -> usize {
         let mut buf = [0u8; 512];
-        let Some(rx) = self.rx.get(index) else { return };
+        let mut count = 0;
+        let Some(rx) = self.rx.get(index) else {
+            return 0;
+        };
         let hop = rx.hop;
         loop {
-            let Some(rx) = self.rx.get(index) else { return };
+            let Some(rx) = self.rx.get(index) else {
+                return count;
+            };
             let datagram = match sys::recv(&rx.socket, &mut buf, &mut self.cmsg) {
                 Ok(d) => d,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return count,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => {
                     Shared::bump(&self.shared.rx_errors);
-                    return;
+                    return count;
                 }
             };
+            count += 1;
             Shared::bump(&self.shared.control_rx);
             let now = self.now();
             let interface = datagram.ifindex.and_then(|i| self.interface_name(i));
@@ -283,6 +318,71 @@ impl EventLoop {
                 Err(_) => Shared::bump(&self.shared.rx_unmatched),
             }
         }
+    }
+
+    /// After a receiving socket woke us: if it also did less than
+    /// [`RX_GATE_NS`] ago, take it out of the epoll set; from now on it is
+    /// drained at every wakeup and at least every [`RX_GATE_NS`]
+    /// ([`drain_gated`](Self::drain_gated)), so a busy socket costs at most
+    /// one wakeup per gate period, shared with the transmissions due then,
+    /// instead of one per packet. Nothing waits longer than that to be
+    /// read, far inside any detection time.
+    fn maybe_gate(&mut self, index: usize) {
+        let now = self.now();
+        let busy = self
+            .last_rx_wake
+            .is_some_and(|last| now.saturating_sub(last) < RX_GATE_NS);
+        if !busy {
+            return;
+        }
+        let Some(rx) = self.rx.get_mut(index) else {
+            return;
+        };
+        let token = TOKEN_RX + index as u64;
+        if self
+            .epoll
+            .modify(&rx.socket, &mut EpollEvent::new(EpollFlags::empty(), token))
+            .is_ok()
+        {
+            rx.gated = true;
+            Shared::bump(&self.shared.rx_gated);
+            self.rx_gate.get_or_insert(now + RX_GATE_NS);
+        }
+    }
+
+    /// Drains the gated receiving sockets; when the gate period is over, a
+    /// socket that had nothing goes back into the epoll set.
+    fn drain_gated(&mut self) {
+        let Some(gate) = self.rx_gate else {
+            return;
+        };
+        let due = self.now() >= gate;
+        let mut still_gated = false;
+        for index in 0..self.rx.len() {
+            if !self.rx[index].gated {
+                continue;
+            }
+            let count = self.drain_socket(index);
+            if due && count == 0 {
+                let rx = &mut self.rx[index];
+                let token = TOKEN_RX + index as u64;
+                if self
+                    .epoll
+                    .modify(&rx.socket, &mut EpollEvent::new(EpollFlags::EPOLLIN, token))
+                    .is_ok()
+                {
+                    rx.gated = false;
+                    continue;
+                }
+            }
+            still_gated = true;
+        }
+        let now = self.now();
+        self.rx_gate = match (still_gated, due) {
+            (false, _) => None,
+            (true, true) => Some(now + RX_GATE_NS),
+            (true, false) => Some(gate),
+        };
     }
 
     /// Reads the frames queued on a session's echo socket: its echo
@@ -498,28 +598,59 @@ impl EventLoop {
     fn fire_due(&mut self) {
         for _ in 0..MAX_FIRES_PER_PASS {
             let Some(&Reverse((at, discriminator, timer))) = self.heap.peek() else {
-                return;
+                break;
             };
-            if self.deadlines.get(&(discriminator, timer)) != Some(&at) {
+            if self.deadlines.get(&(discriminator, timer)).map(|d| d.0) != Some(at) {
                 self.heap.pop(); // stale: re-armed or cancelled
                 continue;
             }
             let now = self.now();
             if at > now + BATCH_SLACK_NS {
-                return;
+                break;
             }
             self.heap.pop();
-            self.deadlines.remove(&(discriminator, timer));
-            Shared::bump(&self.shared.timer_expiries);
-            // A deadline delivered a little early is delivered at its time.
-            let at_or_now = now.max(at);
-            if let Some(actions) =
-                self.registry
-                    .handle(discriminator, Event::TimerExpired(timer), at_or_now)
-            {
-                let periodic = (timer == Timer::Tx).then_some(at);
-                self.apply(discriminator, actions, periodic);
+            self.fire(discriminator, timer, at, now);
+        }
+        self.fire_early();
+    }
+
+    /// Delivers the periodic transmissions due within their early margin
+    /// (at most [`TX_EARLY_MAX_NS`] ahead), so they leave with this wakeup
+    /// rather than each waking the thread on its own.
+    fn fire_early(&mut self) {
+        let now = self.now();
+        let horizon = now + TX_EARLY_MAX_NS + BATCH_SLACK_NS;
+        let mut later = Vec::new();
+        while let Some(&Reverse((at, discriminator, timer))) = self.heap.peek() {
+            if at > horizon {
+                break;
             }
+            self.heap.pop();
+            match self.deadlines.get(&(discriminator, timer)) {
+                Some(&(live, early)) if live == at => {
+                    if at.saturating_sub(early) <= now + BATCH_SLACK_NS {
+                        self.fire(discriminator, timer, at, now);
+                    } else {
+                        later.push(Reverse((at, discriminator, timer)));
+                    }
+                }
+                _ => {} // stale
+            }
+        }
+        self.heap.extend(later);
+    }
+
+    fn fire(&mut self, discriminator: u32, timer: Timer, at: u64, now: u64) {
+        self.deadlines.remove(&(discriminator, timer));
+        Shared::bump(&self.shared.timer_expiries);
+        // A deadline delivered early is delivered at its time.
+        let at_or_now = now.max(at);
+        if let Some(actions) =
+            self.registry
+                .handle(discriminator, Event::TimerExpired(timer), at_or_now)
+        {
+            let periodic = (timer == Timer::Tx).then_some(at);
+            self.apply(discriminator, actions, periodic);
         }
     }
 
@@ -529,12 +660,16 @@ impl EventLoop {
             match self.heap.peek() {
                 None => break None,
                 Some(&Reverse((at, d, t))) => {
-                    if self.deadlines.get(&(d, t)) == Some(&at) {
+                    if self.deadlines.get(&(d, t)).map(|d| d.0) == Some(at) {
                         break Some(at);
                     }
                     self.heap.pop();
                 }
             }
+        };
+        let next = match (next, self.rx_gate) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         };
         if next == self.armed {
             return;
@@ -567,8 +702,13 @@ impl EventLoop {
                     }
                 }
                 Action::SendEcho(echo) => self.send_echo(discriminator, &echo),
-                Action::ArmTimer { timer, at_ns } => {
-                    self.deadlines.insert((discriminator, timer), at_ns);
+                Action::ArmTimer {
+                    timer,
+                    at_ns,
+                    early_ns,
+                } => {
+                    self.deadlines
+                        .insert((discriminator, timer), (at_ns, early_ns));
                     self.heap.push(Reverse((at_ns, discriminator, timer)));
                 }
                 Action::CancelTimer(timer) => {

@@ -118,6 +118,7 @@ pub(crate) struct Shared {
     pub(crate) control_rx: AtomicU64,
     pub(crate) control_tx: AtomicU64,
     pub(crate) rx_unmatched: AtomicU64,
+    pub(crate) rx_gated: AtomicU64,
     pub(crate) rx_errors: AtomicU64,
     pub(crate) tx_errors: AtomicU64,
     pub(crate) echo_tx: AtomicU64,
@@ -136,6 +137,7 @@ impl Shared {
             control_rx: AtomicU64::new(0),
             control_tx: AtomicU64::new(0),
             rx_unmatched: AtomicU64::new(0),
+            rx_gated: AtomicU64::new(0),
             rx_errors: AtomicU64::new(0),
             tx_errors: AtomicU64::new(0),
             echo_tx: AtomicU64::new(0),
@@ -162,6 +164,7 @@ impl Shared {
             control_rx: load(&self.control_rx),
             control_tx: load(&self.control_tx),
             rx_unmatched: load(&self.rx_unmatched),
+            rx_gated: load(&self.rx_gated),
             rx_errors: load(&self.rx_errors),
             tx_errors: load(&self.tx_errors),
             echo_tx: load(&self.echo_tx),
@@ -188,6 +191,9 @@ pub struct RuntimeStats {
     /// Received control packets that reached no session (malformed,
     /// authenticated, unknown discriminator or path).
     pub rx_unmatched: u64,
+    /// Times a busy receiving socket was taken out of the epoll set
+    /// ([`super::RX_GATE_NS`]).
+    pub rx_gated: u64,
     /// `recvmsg` errors.
     pub rx_errors: u64,
     /// Failed sends, control and echo (including a socket that could not be

@@ -82,7 +82,9 @@ fn changes(actions: &[Action]) -> Vec<StateChange> {
 
 fn armed(actions: &[Action], timer: Timer) -> Option<u64> {
     actions.iter().rev().find_map(|a| match a {
-        Action::ArmTimer { timer: t, at_ns } if *t == timer => Some(*at_ns),
+        Action::ArmTimer {
+            timer: t, at_ns, ..
+        } if *t == timer => Some(*at_ns),
         _ => None,
     })
 }
@@ -759,6 +761,78 @@ fn mult_one_jitter_band() {
         );
         s.handle(Event::TimerExpired(Timer::Tx), at);
         last = at;
+    }
+}
+
+/// The edge may send a periodic packet up to `early_ns` before its
+/// deadline (delivering the expiry as if at the deadline). Whether every
+/// packet goes out at its deadline, as early as allowed, or anything in
+/// between, the intervals on the wire stay inside 75-100 % (75-90 % with a
+/// Detect Mult of 1), and the margin is 2 ms at 50 ms (4 % below that).
+#[test]
+fn early_delivery_keeps_the_wire_interval_inside_the_jitter_band() {
+    for (mult, interval_ms, high_pct) in [(3u8, 50u64, 100u64), (1, 50, 90), (3, 10, 100)] {
+        let mut s = up(Parameters {
+            transmit_interval_ms: interval_ms as u32,
+            receive_interval_ms: interval_ms as u32,
+            detect_multiplier: u32::from(mult),
+            ..Default::default()
+        });
+        let a = rx(
+            &mut s,
+            ControlPacket {
+                final_: true,
+                desired_min_tx_us: (interval_ms * 1_000) as u32,
+                required_min_rx_us: (interval_ms * 1_000) as u32,
+                ..remote(State::Up)
+            },
+            30 * MS,
+        );
+        assert_eq!(s.tx_interval_us(), interval_ms * 1_000);
+        let interval = interval_ms * MS;
+        let margin = crate::session::tx_margin_ns(interval);
+        assert_eq!(margin, (2 * MS).min(interval / 25));
+        let mut armed_tx = a.iter().rev().find_map(|x| match x {
+            Action::ArmTimer {
+                timer: Timer::Tx,
+                at_ns,
+                early_ns,
+            } => Some((*at_ns, *early_ns)),
+            _ => None,
+        });
+        let mut wire: Vec<u64> = Vec::new();
+        let mut rng = crate::rng::SplitMix64::new(u64::from(mult) * interval_ms);
+        let mut early_seen = 0;
+        for _ in 0..2_000 {
+            let (at, early) = armed_tx.expect("Tx armed");
+            assert!(early <= margin, "early {early} > margin {margin}");
+            early_seen += u64::from(early > 0);
+            // The edge picks any moment in [at - early, at].
+            let sent_at = match rng.next_u32() % 3 {
+                0 => at,
+                1 => at - early,
+                _ => at - early / 2,
+            };
+            let out = s.handle(Event::TimerExpired(Timer::Tx), at);
+            assert_eq!(sent(&out).len(), 1, "one periodic packet");
+            wire.push(sent_at);
+            armed_tx = out.iter().rev().find_map(|x| match x {
+                Action::ArmTimer {
+                    timer: Timer::Tx,
+                    at_ns,
+                    early_ns,
+                } => Some((*at_ns, *early_ns)),
+                _ => None,
+            });
+        }
+        assert!(early_seen > 1_900, "the margin is offered: {early_seen}");
+        for w in wire.windows(2) {
+            let d = w[1] - w[0];
+            assert!(
+                d >= interval * 3 / 4 && d <= interval * high_pct / 100,
+                "mult {mult}, {interval_ms} ms: interval {d} outside the band"
+            );
+        }
     }
 }
 
@@ -1476,7 +1550,7 @@ impl Sim {
                             .push((now + 2 * self.latency, i, Msg::Echo(e.to_bytes())));
                     }
                 }
-                Action::ArmTimer { timer, at_ns } => {
+                Action::ArmTimer { timer, at_ns, .. } => {
                     assert!(at_ns >= now, "{timer:?} armed in the past");
                     node.timers[timer.index()] = Some(at_ns);
                 }
@@ -1909,7 +1983,7 @@ mod random {
                             prop_assert_eq!(p.my_discr, LOCAL);
                         }
                         Action::SendEcho(e) => sent_echoes.push(*e),
-                        Action::ArmTimer { timer, at_ns } => {
+                        Action::ArmTimer { timer, at_ns, .. } => {
                             prop_assert!(*at_ns >= now);
                             timers[timer.index()] = Some(*at_ns);
                         }
@@ -1983,7 +2057,7 @@ mod random {
                     let out = s.handle(Event::TimerExpired(timer), at);
                     for action in &out {
                         match action {
-                            Action::ArmTimer { timer, at_ns } => {
+                            Action::ArmTimer { timer, at_ns, .. } => {
                                 prop_assert!(*at_ns >= at, "{:?} armed at {} < {}", timer, at_ns, at);
                                 timers[timer.index()] = Some(*at_ns);
                             }
