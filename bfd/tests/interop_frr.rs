@@ -1189,41 +1189,13 @@ mod bench {
     /// The BFD control packets (UDP to 3784 / 4784 over IPv4 or IPv6 on
     /// Ethernet) of a pcap file.
     fn read_bfd_pcap(path: &Path) -> Result<Vec<WirePacket>> {
-        let b = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        ensure!(b.len() >= 24, "{}: no pcap header", path.display());
-        let magic = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        let (le, nano) = match magic {
-            0xa1b2_c3d4 => (true, false),
-            0xa1b2_3c4d => (true, true),
-            0xd4c3_b2a1 => (false, false),
-            0x4d3c_b2a1 => (false, true),
-            m => bail!("{}: not a pcap file (magic {m:#x})", path.display()),
-        };
-        let u32_at = |o: usize| {
-            let a = [b[o], b[o + 1], b[o + 2], b[o + 3]];
-            if le {
-                u32::from_le_bytes(a)
-            } else {
-                u32::from_be_bytes(a)
-            }
-        };
-        ensure!(u32_at(20) == 1, "link type {} is not Ethernet", u32_at(20));
         let mut out = Vec::new();
-        let mut off = 24;
-        while off + 16 <= b.len() {
-            let sec = u64::from(u32_at(off));
-            let frac = u64::from(u32_at(off + 4));
-            let len = u32_at(off + 8) as usize;
-            let Some(frame) = b.get(off + 16..off + 16 + len) else {
-                break;
-            };
-            off += 16 + len;
-            let at_ns = sec * 1_000_000_000 + if nano { frac } else { frac * 1_000 };
-            if let Some((src, dst, sport, payload)) = udp_to_bfd(frame)
+        for r in testkit::pcap::read(path)? {
+            if let Some((src, dst, sport, payload)) = udp_to_bfd(&r.data)
                 && let Ok(packet) = ControlPacket::decode(payload)
             {
                 out.push(WirePacket {
-                    at_ns,
+                    at_ns: r.ts_ns,
                     src,
                     dst,
                     sport,
@@ -1237,31 +1209,11 @@ mod bench {
     /// Source, destination, source port and payload of a UDP datagram to
     /// port 3784 or 4784 in an Ethernet frame.
     fn udp_to_bfd(frame: &[u8]) -> Option<(IpAddr, IpAddr, u16, &[u8])> {
-        let ethertype = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
-        let ip = frame.get(14..)?;
-        let (src, dst, udp): (IpAddr, IpAddr, &[u8]) = match ethertype {
-            0x0800 => {
-                let ihl = usize::from(ip.first()? & 0x0f) * 4;
-                if *ip.get(9)? != 17 {
-                    return None;
-                }
-                let s: [u8; 4] = ip.get(12..16)?.try_into().ok()?;
-                let d: [u8; 4] = ip.get(16..20)?.try_into().ok()?;
-                (s.into(), d.into(), ip.get(ihl..)?)
-            }
-            0x86dd => {
-                if *ip.get(6)? != 17 {
-                    return None;
-                }
-                let s: [u8; 16] = ip.get(8..24)?.try_into().ok()?;
-                let d: [u8; 16] = ip.get(24..40)?.try_into().ok()?;
-                (s.into(), d.into(), ip.get(40..)?)
-            }
-            _ => return None,
-        };
+        let ip = testkit::pcap::ip_in_ethernet(frame).filter(|ip| ip.protocol == 17)?;
+        let udp = ip.payload;
         let sport = u16::from_be_bytes([*udp.first()?, *udp.get(1)?]);
         let dport = u16::from_be_bytes([*udp.get(2)?, *udp.get(3)?]);
-        (dport == 3784 || dport == 4784).then_some((src, dst, sport, udp.get(8..)?))
+        (dport == 3784 || dport == 4784).then_some((ip.src, ip.dst, sport, udp.get(8..)?))
     }
 
     /// What tcpdump said it dropped (its exit statistics in the capture's

@@ -890,36 +890,15 @@ struct Segments {
 /// every connection that carried data, in order of the connection's first
 /// packet. A hole in a stream is an error.
 fn reassemble(pcap: &[u8]) -> Result<Vec<Stream>> {
-    ensure!(pcap.len() >= 24, "pcap shorter than its header");
-    let magic = u32::from_le_bytes(pcap[..4].try_into()?);
-    let le = match magic {
-        0xa1b2_c3d4 | 0xa1b2_3c4d => true,
-        0xd4c3_b2a1 | 0x4d3c_b2a1 => false,
-        m => bail!("not a pcap file (magic {m:#x})"),
-    };
-    let u32_at = |b: &[u8], i: usize| -> u32 {
-        let a: [u8; 4] = b[i..i + 4].try_into().expect("4 bytes");
-        if le {
-            u32::from_le_bytes(a)
-        } else {
-            u32::from_be_bytes(a)
-        }
-    };
-    let linktype = u32_at(pcap, 20);
-    ensure!(linktype == 1, "link type {linktype}, expected Ethernet");
+    let records = testkit::pcap::parse(pcap)?;
     let mut order: Vec<(SocketAddr, SocketAddr)> = Vec::new();
     let mut flows: BTreeMap<(SocketAddr, SocketAddr), Segments> = BTreeMap::new();
-    let mut at = 24;
-    while at < pcap.len() {
-        ensure!(at + 16 <= pcap.len(), "truncated pcap record header");
-        let incl = u32_at(pcap, at + 8) as usize;
-        let orig = u32_at(pcap, at + 12) as usize;
-        ensure!(incl == orig, "a packet was truncated by the capture");
-        let frame = pcap
-            .get(at + 16..at + 16 + incl)
-            .context("truncated pcap record")?;
-        at += 16 + incl;
-        let Some((src, dst, seq, syn, payload)) = parse_tcp(frame)? else {
+    for record in &records {
+        ensure!(
+            record.is_complete(),
+            "a packet was truncated by the capture"
+        );
+        let Some((src, dst, seq, syn, payload)) = parse_tcp(&record.data)? else {
             continue;
         };
         let key = (src, dst);
@@ -988,31 +967,10 @@ fn reassemble(pcap: &[u8]) -> Result<Vec<Stream>> {
 type TcpPacket<'a> = (SocketAddr, SocketAddr, u32, bool, &'a [u8]);
 
 fn parse_tcp(frame: &[u8]) -> Result<Option<TcpPacket<'_>>> {
-    ensure!(frame.len() >= 14, "short Ethernet frame");
-    let ethertype = u16::from_be_bytes([frame[12], frame[13]]);
-    let ip = &frame[14..];
-    let (src, dst, tcp) = match ethertype {
-        0x0800 => {
-            ensure!(ip.len() >= 20, "short IPv4 header");
-            let ihl = usize::from(ip[0] & 0x0f) * 4;
-            let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-            if ip[9] != 6 {
-                return Ok(None);
-            }
-            let src = IpAddr::from(<[u8; 4]>::try_from(&ip[12..16])?);
-            let dst = IpAddr::from(<[u8; 4]>::try_from(&ip[16..20])?);
-            (src, dst, ip.get(ihl..total).context("short IPv4 packet")?)
-        }
-        0x86dd => {
-            ensure!(ip.len() >= 40, "short IPv6 header");
-            let len = usize::from(u16::from_be_bytes([ip[4], ip[5]]));
-            ensure!(ip[6] == 6, "IPv6 next header {} (not TCP)", ip[6]);
-            let src = IpAddr::from(<[u8; 16]>::try_from(&ip[8..24])?);
-            let dst = IpAddr::from(<[u8; 16]>::try_from(&ip[24..40])?);
-            (src, dst, ip.get(40..40 + len).context("short IPv6 packet")?)
-        }
-        _ => return Ok(None),
+    let Some(ip) = testkit::pcap::ip_in_ethernet(frame).filter(|ip| ip.protocol == 6) else {
+        return Ok(None);
     };
+    let (src, dst, tcp) = (ip.src, ip.dst, ip.payload);
     ensure!(tcp.len() >= 20, "short TCP header");
     let sport = u16::from_be_bytes([tcp[0], tcp[1]]);
     let dport = u16::from_be_bytes([tcp[2], tcp[3]]);

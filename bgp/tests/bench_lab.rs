@@ -42,13 +42,12 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::Read as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use bgp::fsm::{Config, PeerAs};
 use bgp::rib_out::Advertisement;
 use bgp::session::{PeerConfig, Session};
@@ -628,53 +627,6 @@ fn wait_count(rcv: &Frr, fam: Fam, peer: IpAddr, want: u64, timeout: Duration) -
 
 // ------------------------------------------------------------ pcap
 
-struct Frame {
-    ts: f64,
-    data: Vec<u8>,
-}
-
-fn read_pcap(path: &Path) -> Result<Vec<Frame>> {
-    let mut buf = Vec::new();
-    std::fs::File::open(path)?.read_to_end(&mut buf)?;
-    ensure!(buf.len() >= 24, "{}: no pcap header", path.display());
-    let magic = u32::from_le_bytes(buf[0..4].try_into()?);
-    let (le, nanos) = match magic {
-        0xa1b2_c3d4 => (true, false),
-        0xa1b2_3c4d => (true, true),
-        0xd4c3_b2a1 => (false, false),
-        0x4d3c_b2a1 => (false, true),
-        m => bail!("{}: not a pcap file (magic {m:#x})", path.display()),
-    };
-    let u32_at = |b: &[u8], i: usize| -> u32 {
-        let a: [u8; 4] = b[i..i + 4].try_into().expect("4 bytes");
-        if le {
-            u32::from_le_bytes(a)
-        } else {
-            u32::from_be_bytes(a)
-        }
-    };
-    let link = u32_at(&buf, 20);
-    ensure!(link == 1, "link type {link}: Ethernet expected");
-    let mut frames = Vec::new();
-    let mut i = 24;
-    while i + 16 <= buf.len() {
-        let sec = f64::from(u32_at(&buf, i));
-        let frac = f64::from(u32_at(&buf, i + 4));
-        let incl = u32_at(&buf, i + 8) as usize;
-        i += 16;
-        if i + incl > buf.len() {
-            break;
-        }
-        let ts = sec + if nanos { frac / 1e9 } else { frac / 1e6 };
-        frames.push(Frame {
-            ts,
-            data: buf[i..i + incl].to_vec(),
-        });
-        i += incl;
-    }
-    Ok(frames)
-}
-
 struct Segment {
     seq: u32,
     ts: f64,
@@ -682,36 +634,17 @@ struct Segment {
 }
 
 /// TCP segments with a payload from `src`, per (src port, dst, dst port).
-fn tcp_flows(frames: &[Frame], src: IpAddr) -> BTreeMap<(u16, IpAddr, u16), Vec<Segment>> {
+fn tcp_flows(
+    records: &[testkit::pcap::Record],
+    src: IpAddr,
+) -> BTreeMap<(u16, IpAddr, u16), Vec<Segment>> {
     let mut flows: BTreeMap<(u16, IpAddr, u16), Vec<Segment>> = BTreeMap::new();
-    for f in frames {
-        let d = &f.data;
-        if d.len() < 14 {
+    for r in records {
+        let Some(ip) = testkit::pcap::ip_in_ethernet(&r.data) else {
             continue;
-        }
-        let ethertype = u16::from_be_bytes([d[12], d[13]]);
-        let ip = &d[14..];
-        let (s, dst, tcp) = match ethertype {
-            0x0800 if ip.len() >= 20 && ip[9] == 6 => {
-                let ihl = usize::from(ip[0] & 0x0f) * 4;
-                let total = usize::from(u16::from_be_bytes([ip[2], ip[3]])).min(ip.len());
-                if total < ihl {
-                    continue;
-                }
-                let s = IpAddr::from(<[u8; 4]>::try_from(&ip[12..16]).expect("4"));
-                let t = IpAddr::from(<[u8; 4]>::try_from(&ip[16..20]).expect("4"));
-                (s, t, &ip[ihl..total])
-            }
-            0x86dd if ip.len() >= 40 && ip[6] == 6 => {
-                let plen = usize::from(u16::from_be_bytes([ip[4], ip[5]]));
-                let end = (40 + plen).min(ip.len());
-                let s = IpAddr::from(<[u8; 16]>::try_from(&ip[8..24]).expect("16"));
-                let t = IpAddr::from(<[u8; 16]>::try_from(&ip[24..40]).expect("16"));
-                (s, t, &ip[40..end])
-            }
-            _ => continue,
         };
-        if s != src || tcp.len() < 20 {
+        let tcp = ip.payload;
+        if ip.protocol != 6 || ip.src != src || tcp.len() < 20 {
             continue;
         }
         let sport = u16::from_be_bytes([tcp[0], tcp[1]]);
@@ -721,11 +654,14 @@ fn tcp_flows(frames: &[Frame], src: IpAddr) -> BTreeMap<(u16, IpAddr, u16), Vec<
         if tcp.len() <= off {
             continue;
         }
-        flows.entry((sport, dst, dport)).or_default().push(Segment {
-            seq,
-            ts: f.ts,
-            payload: tcp[off..].to_vec(),
-        });
+        flows
+            .entry((sport, ip.dst, dport))
+            .or_default()
+            .push(Segment {
+                seq,
+                ts: r.ts_ns as f64 / 1e9,
+                payload: tcp[off..].to_vec(),
+            });
     }
     flows
 }
@@ -811,7 +747,7 @@ struct UpdateInfo {
 }
 
 fn updates_from(path: &Path, fam: Fam) -> Result<Vec<UpdateInfo>> {
-    let frames = read_pcap(path)?;
+    let frames = testkit::pcap::read(path)?;
     let ctx = DecodeContext {
         four_octet_as: true,
         ..DecodeContext::default()

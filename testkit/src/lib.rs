@@ -33,6 +33,7 @@ pub mod gobgp;
 pub mod lab;
 pub mod lock;
 pub mod netns;
+pub mod pcap;
 pub mod plan;
 pub mod preflight;
 pub mod process;
