@@ -43,7 +43,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         strategy: "None".into(),
         webhook: None,
     });
-    vec![
+    let mut crds = vec![
         v1beta1::IPAddressPool::crd(),
         v1beta1::L2Advertisement::crd(),
         v1beta1::BGPAdvertisement::crd(),
@@ -54,7 +54,151 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         v1beta1::ServiceL2Status::crd(),
         v1beta1::ServiceBGPStatus::crd(),
         v1beta1::BGPSessionStatus::crd(),
-    ]
+    ];
+    for crd in &mut crds {
+        upstream_parity(crd);
+    }
+    crds
+}
+
+/// Kinds whose `spec` may be left out (MetalLB requires it only on
+/// IPAddressPool): an advertisement without spec means "all pools, all nodes".
+pub const OPTIONAL_SPEC_KINDS: &[&str] = &[
+    "L2Advertisement",
+    "BGPAdvertisement",
+    "BFDProfile",
+    "Community",
+    "BGPPeer",
+];
+
+/// `(kind, version, path of a field under the root schema, format)`: integer
+/// formats as MetalLB's CRDs declare them where schemars derives another one
+/// from the Rust type (`None`: MetalLB declares no format).
+const FORMATS: &[(&str, &str, &str, Option<&str>)] = &[
+    (
+        "BGPAdvertisement",
+        "v1beta1",
+        "spec.localPref",
+        Some("int32"),
+    ),
+    ("BGPPeer", "v1beta1", "spec.peerPort", None),
+    ("BGPPeer", "v1beta2", "spec.peerPort", None),
+    (
+        "IPAddressPool",
+        "v1beta1",
+        "spec.serviceAllocation.priority",
+        None,
+    ),
+];
+
+/// What schemars derives from the Rust types but MetalLB's CRDs (generated
+/// by controller-gen from Go) declare otherwise, made as MetalLB's:
+///
+/// - no `nullable` anywhere: a `null` is pruned by the API server and the
+///   field's default applied (`autoAssign: null` is stored as `true`);
+/// - `spec` optional on [`OPTIONAL_SPEC_KINDS`];
+/// - `metav1.LabelSelector`s are atomic maps with atomic lists (server-side
+///   apply replaces a selector as a whole, never merges two), and so is
+///   `passwordSecret`; v1beta1 BGPPeer's legacy node selectors are not;
+/// - integer formats of [`FORMATS`].
+fn upstream_parity(crd: &mut CustomResourceDefinition) {
+    let kind = crd.spec.names.kind.clone();
+    for version in &mut crd.spec.versions {
+        let Some(props) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        else {
+            continue;
+        };
+        let mut root = serde_json::to_value(&*props).expect("schemas serialise");
+        drop_nullable(&mut root);
+        if OPTIONAL_SPEC_KINDS.contains(&kind.as_str())
+            && let Some(Value::Array(req)) = root.get_mut("required")
+        {
+            req.retain(|r| r != "spec");
+            if req.is_empty() {
+                root.as_object_mut()
+                    .expect("root is an object")
+                    .remove("required");
+            }
+        }
+        if !(kind == "BGPPeer" && version.name == "v1beta1") {
+            atomic_selectors(&mut root);
+        }
+        if let Some(Value::Object(secret)) = schema_at(&mut root, "spec.passwordSecret") {
+            secret.insert("x-kubernetes-map-type".into(), "atomic".into());
+        }
+        for (k, v, path, format) in FORMATS {
+            if *k != kind || *v != version.name {
+                continue;
+            }
+            let Some(Value::Object(field)) = schema_at(&mut root, path) else {
+                panic!("{kind} {v}: no field {path} to set the format of");
+            };
+            match format {
+                Some(f) => field.insert("format".into(), (*f).into()),
+                None => field.remove("format"),
+            };
+        }
+        *props = serde_json::from_value(root).expect("schemas deserialise");
+    }
+}
+
+/// The schema of the field at a dotted path below `root`'s properties.
+fn schema_at<'a>(root: &'a mut Value, path: &str) -> Option<&'a mut Value> {
+    path.split('.')
+        .try_fold(root, |node, name| node.get_mut("properties")?.get_mut(name))
+}
+
+fn drop_nullable(node: &mut Value) {
+    match node {
+        Value::Object(map) => {
+            map.remove("nullable");
+            for (key, sub) in map.iter_mut() {
+                // Defaults and enums are values, not schemas.
+                if key != "default" && key != "enum" && key != "example" {
+                    drop_nullable(sub);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_nullable),
+        _ => {}
+    }
+}
+
+/// Marks every `metav1.LabelSelector`-shaped schema (an object of exactly
+/// `matchLabels` and `matchExpressions`) as MetalLB's Go markers do.
+fn atomic_selectors(node: &mut Value) {
+    let Value::Object(map) = node else {
+        if let Value::Array(items) = node {
+            items.iter_mut().for_each(atomic_selectors);
+        }
+        return;
+    };
+    let is_selector = map
+        .get("properties")
+        .and_then(Value::as_object)
+        .is_some_and(|p| {
+            p.len() == 2 && p.contains_key("matchLabels") && p.contains_key("matchExpressions")
+        });
+    if is_selector {
+        map.insert("x-kubernetes-map-type".into(), "atomic".into());
+        let exprs = &mut map["properties"]["matchExpressions"];
+        exprs["x-kubernetes-list-type"] = "atomic".into();
+        if let Some(values) = exprs
+            .get_mut("items")
+            .and_then(|i| i.get_mut("properties"))
+            .and_then(|p| p.get_mut("values"))
+        {
+            values["x-kubernetes-list-type"] = "atomic".into();
+        }
+    }
+    for (key, sub) in map.iter_mut() {
+        if key != "default" && key != "enum" {
+            atomic_selectors(sub);
+        }
+    }
 }
 
 /// The file a CRD is written to in `deploy/crds/`: `<group>_<plural>.yaml`.

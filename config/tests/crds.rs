@@ -1058,7 +1058,7 @@ fn printer_columns() {
             "ConfigurationState",
             vec![
                 ("Result", "string", ".status.result", 0),
-                ("LastError", "string", ".status.lastError", 0),
+                ("ErrorSummary", "string", ".status.errorSummary", 0),
                 age,
             ],
         ),
@@ -1108,4 +1108,276 @@ fn printer_columns() {
             assert_eq!(have, cols, "{kind} {}", v.name);
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// Drift from MetalLB's CRDs that a user hits at `kubectl apply`
+
+/// Every served `(apiVersion, kind, schema)`.
+fn every_schema() -> Vec<(String, String, Value)> {
+    let mut out = Vec::new();
+    for c in crd::all() {
+        for v in &c.spec.versions {
+            out.push((
+                format!("metallb.io/{}", v.name),
+                c.spec.names.kind.clone(),
+                schema(&c.spec.names.kind, &v.name),
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn spec_is_optional_except_on_ipaddresspool() {
+    // MetalLB's documentation applies an L2Advertisement without spec.
+    for (av, kind, s) in every_schema() {
+        let optional = crd::OPTIONAL_SPEC_KINDS.contains(&kind.as_str());
+        if s["properties"].get("spec").is_none() {
+            continue; // the status kinds
+        }
+        let errs = crd::check_object(&av, &kind, &json!({ "metadata": { "name": "x" } }));
+        if optional {
+            assert!(!required(&s).contains(&"spec"), "{av} {kind}");
+            assert!(errs.is_empty(), "{av} {kind}: {errs:?}");
+        } else {
+            assert_eq!(kind, "IPAddressPool");
+            assert_eq!(errs, ["spec: Required value"], "{av} {kind}");
+        }
+    }
+    for kind in crd::OPTIONAL_SPEC_KINDS {
+        assert!(
+            every_schema().iter().any(|(_, k, _)| k == kind),
+            "{kind} has no CRD"
+        );
+    }
+}
+
+#[test]
+fn objects_without_spec_decode_to_the_default_spec() {
+    use config::api::{v1beta1, v1beta2};
+    fn obj(av: &str, kind: &str, spec: Option<Value>) -> Value {
+        let mut o = json!({ "apiVersion": av, "kind": kind, "metadata": { "name": "example", "namespace": "metallb-system" } });
+        if let Some(s) = spec {
+            o["spec"] = s;
+        }
+        o
+    }
+    for spec in [None, Some(Value::Null)] {
+        let l2: v1beta1::L2Advertisement =
+            serde_json::from_value(obj("metallb.io/v1beta1", "L2Advertisement", spec.clone()))
+                .unwrap();
+        assert_eq!(l2.spec, v1beta1::L2AdvertisementSpec::default());
+        assert_eq!(l2.metadata.name.as_deref(), Some("example"));
+        let bgp: v1beta1::BGPAdvertisement =
+            serde_json::from_value(obj("metallb.io/v1beta1", "BGPAdvertisement", spec.clone()))
+                .unwrap();
+        assert_eq!(bgp.spec, v1beta1::BGPAdvertisementSpec::default());
+        let bfd: v1beta1::BFDProfile =
+            serde_json::from_value(obj("metallb.io/v1beta1", "BFDProfile", spec.clone())).unwrap();
+        assert_eq!(bfd.spec, v1beta1::BFDProfileSpec::default());
+        let c: v1beta1::Community =
+            serde_json::from_value(obj("metallb.io/v1beta1", "Community", spec.clone())).unwrap();
+        assert_eq!(c.spec, v1beta1::CommunitySpec::default());
+        let p1: v1beta1::BGPPeer =
+            serde_json::from_value(obj("metallb.io/v1beta1", "BGPPeer", spec.clone())).unwrap();
+        assert_eq!(p1.spec, v1beta1::BGPPeerSpec::default());
+        let p2: v1beta2::BGPPeer =
+            serde_json::from_value(obj("metallb.io/v1beta2", "BGPPeer", spec.clone())).unwrap();
+        assert_eq!(p2.spec, v1beta2::BGPPeerSpec::default());
+    }
+    // A spec that is there still decodes field by field, and serialises back
+    // as before (the serde code is the derived one).
+    let l2: v1beta1::L2Advertisement = serde_json::from_value(obj(
+        "metallb.io/v1beta1",
+        "L2Advertisement",
+        Some(json!({ "ipAddressPools": ["first-pool"], "interfaces": ["eth0"] })),
+    ))
+    .unwrap();
+    assert_eq!(l2.spec.ip_address_pools, ["first-pool"]);
+    assert_eq!(
+        serde_json::to_value(&l2.spec).unwrap(),
+        json!({ "ipAddressPools": ["first-pool"], "interfaces": ["eth0"] })
+    );
+    // Wrong types are still errors, not silently a default.
+    let err = serde_json::from_value::<v1beta1::L2Advertisement>(obj(
+        "metallb.io/v1beta1",
+        "L2Advertisement",
+        Some(json!({ "interfaces": "eth0" })),
+    ))
+    .unwrap_err();
+    assert!(err.to_string().contains("invalid type"), "{err}");
+    // IPAddressPool keeps its required spec.
+    assert!(
+        serde_json::from_value::<v1beta1::IPAddressPool>(obj(
+            "metallb.io/v1beta1",
+            "IPAddressPool",
+            None
+        ))
+        .is_err()
+    );
+}
+
+#[test]
+fn nulls_are_pruned_and_defaulted_as_metallb() {
+    // MetalLB's CRDs declare no `nullable`: the API server drops a `null`
+    // and applies the default (`autoAssign: null` is stored as `true`).
+    fn walk(n: &Value, path: &str, errs: &mut Vec<String>) {
+        match n {
+            Value::Object(m) => {
+                if m.contains_key("nullable") {
+                    errs.push(path.to_owned());
+                }
+                for (k, v) in m {
+                    if k != "default" && k != "enum" {
+                        walk(v, &format!("{path}.{k}"), errs);
+                    }
+                }
+            }
+            Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    walk(v, &format!("{path}[{i}]"), errs);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut errs = Vec::new();
+    for (av, kind, s) in every_schema() {
+        walk(&s, &format!("{av} {kind}"), &mut errs);
+    }
+    assert!(errs.is_empty(), "nullable in: {errs:#?}");
+    assert!(
+        crd::check_object(
+            "metallb.io/v1beta1",
+            "IPAddressPool",
+            &json!({ "spec": { "addresses": ["198.51.100.0/24"], "autoAssign": null, "serviceAllocation": null } })
+        )
+        .is_empty()
+    );
+}
+
+#[test]
+fn label_selectors_are_atomic_as_metallb() {
+    // (kind, version, path of a metav1.LabelSelector)
+    let selectors = [
+        (
+            "IPAddressPool",
+            "v1beta1",
+            "spec.serviceAllocation.namespaceSelectors.[]",
+        ),
+        (
+            "IPAddressPool",
+            "v1beta1",
+            "spec.serviceAllocation.serviceSelectors.[]",
+        ),
+        (
+            "L2Advertisement",
+            "v1beta1",
+            "spec.ipAddressPoolSelectors.[]",
+        ),
+        ("L2Advertisement", "v1beta1", "spec.nodeSelectors.[]"),
+        ("L2Advertisement", "v1beta1", "spec.serviceSelectors.[]"),
+        (
+            "L2Advertisement",
+            "v1beta1",
+            "spec.preferredNodeSelectors.[].preference",
+        ),
+        (
+            "BGPAdvertisement",
+            "v1beta1",
+            "spec.ipAddressPoolSelectors.[]",
+        ),
+        ("BGPAdvertisement", "v1beta1", "spec.nodeSelectors.[]"),
+        ("BGPAdvertisement", "v1beta1", "spec.serviceSelectors.[]"),
+        ("BGPPeer", "v1beta2", "spec.nodeSelectors.[]"),
+    ];
+    for (kind, version, path) in selectors {
+        let s = schema(kind, version);
+        let sel = node(&s, path);
+        assert_eq!(sel["x-kubernetes-map-type"], "atomic", "{kind} {path}");
+        assert_eq!(
+            node(sel, "matchExpressions")["x-kubernetes-list-type"],
+            "atomic",
+            "{kind} {path}"
+        );
+        assert_eq!(
+            node(sel, "matchExpressions.[].values")["x-kubernetes-list-type"],
+            "atomic",
+            "{kind} {path}"
+        );
+    }
+    // Every selector-shaped schema is in the list above (a new field must be
+    // added there), but v1beta1 BGPPeer's legacy NodeSelector, which MetalLB
+    // leaves unmarked.
+    fn count(n: &Value) -> usize {
+        match n {
+            Value::Object(m) => {
+                let here = usize::from(m.get("x-kubernetes-map-type") == Some(&json!("atomic")));
+                here + m.values().map(count).sum::<usize>()
+            }
+            Value::Array(items) => items.iter().map(count).sum(),
+            _ => 0,
+        }
+    }
+    let total: usize = every_schema().iter().map(|(_, _, s)| count(s)).sum();
+    // + passwordSecret
+    assert_eq!(total, selectors.len() + 1);
+    let v1beta1_peer = schema("BGPPeer", "v1beta1");
+    let legacy = node(&v1beta1_peer, "spec.nodeSelectors.[]");
+    assert!(legacy.get("x-kubernetes-map-type").is_none());
+    assert_eq!(
+        node(&schema("BGPPeer", "v1beta2"), "spec.passwordSecret")["x-kubernetes-map-type"],
+        "atomic"
+    );
+}
+
+#[test]
+fn integer_formats_are_metallb_s() {
+    let s = schema("BGPAdvertisement", "v1beta1");
+    assert_eq!(node(&s, "spec.localPref")["format"], "int32");
+    for v in ["v1beta1", "v1beta2"] {
+        assert!(
+            node(&schema("BGPPeer", v), "spec.peerPort")
+                .get("format")
+                .is_none()
+        );
+    }
+    assert!(
+        node(
+            &schema("IPAddressPool", "v1beta1"),
+            "spec.serviceAllocation.priority"
+        )
+        .get("format")
+        .is_none()
+    );
+}
+
+/// MetalLB's documented configuration examples (config/tests/fixtures/metallb-docs)
+/// pass the CRD schemas.
+#[test]
+fn metallb_documentation_examples_pass_the_schemas() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/metallb-docs");
+    let mut files = 0;
+    let mut spec_less = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        files += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        for doc in serde_saphyr::from_multiple::<Value>(&text).unwrap() {
+            if doc.is_null() {
+                continue;
+            }
+            let av = doc["apiVersion"].as_str().unwrap();
+            let kind = doc["kind"].as_str().unwrap();
+            spec_less += usize::from(doc.get("spec").is_none());
+            let errs = crd::check_object(av, kind, &doc);
+            assert!(errs.is_empty(), "{}: {kind}: {errs:?}", path.display());
+        }
+    }
+    assert!(files >= 8, "{files} fixture files");
+    assert!(spec_less >= 4, "{spec_less} objects without spec");
 }

@@ -340,3 +340,44 @@ fn bfd_probe_refuses_echo_off_single_hop_ipv4() {
         );
     }
 }
+
+/// Every example of MetalLB's configuration documentation (written out in
+/// config/tests/fixtures/metallb-docs, spec-less advertisements among them)
+/// is valid, with `--strict` too.
+#[test]
+fn metallb_documentation_examples_are_valid() {
+    let dir =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../config/tests/fixtures/metallb-docs");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("fixture directory")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 8, "{files:?}");
+    for file in &files {
+        let file = file.to_str().expect("UTF-8 path");
+        let out = validate(&["--strict", "--output", "json", file]);
+        assert_exit(&out, 0);
+        assert_eq!(json(&out)["valid"], Value::Bool(true), "{file}");
+    }
+    // The spec-less L2Advertisement alone, as the documentation's first
+    // example applies it.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_metallbctl"))
+        .args(["validate", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("metallbctl runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(
+            b"apiVersion: metallb.io/v1beta1\nkind: L2Advertisement\nmetadata: {name: example, namespace: metallb-system}\n",
+        )
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_exit(&out, 0);
+}

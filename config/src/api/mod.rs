@@ -42,6 +42,39 @@ pub const LABEL_SERVICE_NAMESPACE: &str = "metallb.io/service-namespace";
 /// The namespace MetalLB's objects live in unless told otherwise.
 pub const DEFAULT_NAMESPACE: &str = "metallb-system";
 
+/// Lets a spec be left out: MetalLB's CRDs require `spec` only on
+/// IPAddressPool, so an `L2Advertisement` without one means "every pool,
+/// every node". The kube derive gives the root type a plain `spec` field, so
+/// the spec type decodes a missing (or `null`) spec to its default itself.
+/// The type carries `#[serde(remote = "Self")]`, which turns its derived
+/// serde code into inherent functions this macro wraps.
+macro_rules! optional_spec {
+    ($ty:ty) => {
+        impl serde::Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                <$ty>::serialize(self, s)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct Present($ty);
+                impl<'de> serde::Deserialize<'de> for Present {
+                    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                        <$ty>::deserialize(d).map(Present)
+                    }
+                }
+                // A missing field reaches here as `deserialize_option` with
+                // nothing: `None`, so the default.
+                Ok(Option::<Present>::deserialize(d)?
+                    .map(|p| p.0)
+                    .unwrap_or_default())
+            }
+        }
+    };
+}
+pub(crate) use optional_spec;
+
 pub(crate) fn is_false(b: &bool) -> bool {
     !*b
 }

@@ -131,6 +131,7 @@ pub struct IPAddressPoolStatus {
     )
 )]
 #[serde(default, rename_all = "camelCase")]
+#[serde(remote = "Self")]
 pub struct L2AdvertisementSpec {
     /// Pools, by name, announced by this advertisement.
     #[serde(rename = "ipAddressPools", skip_serializing_if = "Vec::is_empty")]
@@ -154,6 +155,8 @@ pub struct L2AdvertisementSpec {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub preferred_node_selectors: Vec<PreferredNodeSelector>,
 }
+
+super::optional_spec!(L2AdvertisementSpec);
 
 /// A weighted preference for the announcing node.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -211,6 +214,7 @@ pub struct EmptyStatus {}
     "rule": "!has(self.serviceSelectors) || self.serviceSelectors.size() == 0 || ((!has(self.aggregationLength) || self.aggregationLength == 32) && (!has(self.aggregationLengthV6) || self.aggregationLengthV6 == 128))",
     "message": "serviceSelectors and aggregationLength are mutually exclusive, can only be used together with default aggregationLength (32) and aggregationLengthV6 (128)",
 }]))]
+#[serde(remote = "Self")]
 pub struct BGPAdvertisementSpec {
     /// IPv4 prefix length announced (default 32).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -249,6 +253,8 @@ pub struct BGPAdvertisementSpec {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub service_selectors: Vec<LabelSelector>,
 }
+
+super::optional_spec!(BGPAdvertisementSpec);
 
 // ---------------------------------------------------------------------------
 // BFDProfile
@@ -291,6 +297,7 @@ pub struct BGPAdvertisementSpec {
     )
 )]
 #[serde(default, rename_all = "camelCase")]
+#[serde(remote = "Self")]
 pub struct BFDProfileSpec {
     /// Minimum interval, in ms, this system can receive control packets (default 300).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -320,6 +327,8 @@ pub struct BFDProfileSpec {
     pub minimum_ttl: Option<u32>,
 }
 
+super::optional_spec!(BFDProfileSpec);
+
 // ---------------------------------------------------------------------------
 // Community
 
@@ -341,11 +350,14 @@ pub struct BFDProfileSpec {
     doc = "Community is a collection of aliases for communities. Users can define named aliases to be used in the BGPAdvertisement."
 )]
 #[serde(default, rename_all = "camelCase")]
+#[serde(remote = "Self")]
 pub struct CommunitySpec {
     /// The aliases.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub communities: Vec<CommunityAlias>,
 }
+
+super::optional_spec!(CommunitySpec);
 
 /// One named community.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -390,6 +402,7 @@ pub struct CommunityAlias {
 )]
 #[serde(default, rename_all = "camelCase")]
 #[schemars(transform = schema::required(&["myASN", "peerASN", "peerAddress"]))]
+#[serde(remote = "Self")]
 pub struct BGPPeerSpec {
     /// AS number to use for the local end of the session.
     #[serde(rename = "myASN")]
@@ -431,6 +444,8 @@ pub struct BGPPeerSpec {
     #[serde(rename = "ebgpMultiHop", skip_serializing_if = "is_false")]
     pub ebgp_multi_hop: bool,
 }
+
+super::optional_spec!(BGPPeerSpec);
 
 /// The legacy node selector of v1beta1 BGPPeers.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -477,7 +492,11 @@ pub struct MatchExpression {
     shortname = "cfgstate",
     doc = "ConfigurationState reports whether the configuration a MetalLB component loaded is valid.",
     printcolumn(name = "Result", type_ = "string", json_path = ".status.result"),
-    printcolumn(name = "LastError", type_ = "string", json_path = ".status.lastError"),
+    printcolumn(
+        name = "ErrorSummary",
+        type_ = "string",
+        json_path = ".status.errorSummary"
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",

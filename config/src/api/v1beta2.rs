@@ -33,6 +33,7 @@ use super::{Duration, Password, is_false, is_zero_u16, is_zero_u32, schema};
 )]
 #[serde(default, rename_all = "camelCase")]
 #[schemars(transform = schema::required(&["myASN"]))]
+#[serde(remote = "Self")]
 pub struct BGPPeerSpec {
     /// AS number to use for the local end of the session.
     #[serde(rename = "myASN")]
@@ -121,6 +122,8 @@ pub struct BGPPeerSpec {
     #[schemars(extend("default" = false))]
     pub dual_stack_address_family: bool,
 }
+
+super::optional_spec!(BGPPeerSpec);
 
 /// BGPPeer has an empty status.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

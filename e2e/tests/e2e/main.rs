@@ -7,6 +7,7 @@ mod audit;
 mod controller;
 mod crds;
 mod deploy;
+mod docs_fixtures;
 mod harness;
 mod metrics;
 mod nodes;
