@@ -3,104 +3,186 @@
 //! consistent view.
 //!
 //! Inputs: configuration changes (pools, communities, namespaces), Service
-//! events (a key per changed or deleted Service; a re-list asks for a full
-//! pass), leadership, and retry deadlines. Outputs: the `ConfigurationState`
-//! and `IPAddressPool` statuses (through the status writers), Service writes
-//! and events (through [`ServiceEdge`]).
+//! changes (keys, or a full pass after a re-list, coalesced by
+//! [`ServiceChanges`]), leadership ([`Leadership`]: a term and its end), and
+//! retry deadlines. Outputs: the `ConfigurationState` and `IPAddressPool`
+//! statuses (through the status writers), Service writes and events (through
+//! [`ServiceApi`]).
+//!
+//! What keeps it safe at the edge:
+//!
+//! - every request has a deadline, never longer than what is left of the
+//!   leadership term it is made for; a write is made only while the term it
+//!   was decided in still holds (fenced by term number and end), and only on
+//!   the `resourceVersion` the decision was based on (409: re-read and decide
+//!   again);
+//! - a failed write backs off per Service (exponential with jitter; minutes
+//!   for a permanent 4xx such as a webhook's denial or missing RBAC), the
+//!   Service keeps its assignment, and an identical batch of events is not
+//!   published again;
+//! - a new term starts from a fresh list of the Services, not from a store
+//!   that may be stale; a lost term drops every pending write, every desired
+//!   pool status and the allocator's gauges;
+//! - the loop beats a [`Heartbeat`] at every turn and every Service, so
+//!   `/healthz` fails when it is wedged.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use config::api::v1beta1::{Community, ConfigurationState, IPAddressPool, IPAddressPoolStatus};
-use controller::edge::ServiceEdge;
-use controller::metrics::ControllerMetrics;
-use controller::pool_reconciler::{self, Pass, PoolReconciler};
-use controller::service::{self, ServiceReconciler, SyncState};
 use k8s_openapi::api::core::v1::{Namespace, Service as KubeService};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube_edge::{Backoff, Class, Retries};
 use status::configuration_state::{self, Component};
 use status::{Desired, ObjectKey, StatusWriter};
-use tokio::sync::{Notify, mpsc, watch};
-use tokio::time::Instant;
+use tokio::sync::{Notify, watch};
 
-/// A change seen on the Service watch.
-#[derive(Debug)]
-pub enum ServiceEvent {
-    /// The Service `namespace/name` changed or was deleted.
-    Changed(String),
-    /// The watch listed everything again: process every Service.
-    Relisted,
+use crate::edge::ServiceApi;
+use crate::health::Heartbeat;
+use crate::leader::Leadership;
+use crate::metrics::ControllerMetrics;
+use crate::pool_reconciler::{self, Pass, PoolReconciler};
+use crate::service::{self, Event, ServiceReconciler, SyncState};
+
+/// What changed among the Services since the last call.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Services (`namespace/name`) that changed or were deleted.
+    pub keys: BTreeSet<String>,
+    /// Every Service must be processed (a re-list, or too many keys to keep).
+    pub full: bool,
 }
 
-/// How many full passes may follow each other before the loop waits for
-/// the next event (a pass that keeps asking for another one is a bug; this
-/// keeps it from spinning).
+/// The Service changes the loop consumes: coalesced by key, never an
+/// unbounded queue.
+pub trait ServiceChanges: Send {
+    /// Waits for changes and takes all of them; `None` when the source ended.
+    fn next(&mut self) -> impl Future<Output = Option<Changes>> + Send;
+
+    /// Asks for a fresh list of every Service; completes once the Service
+    /// store holds a list made after the call.
+    fn relist(&mut self) -> impl Future<Output = ()> + Send;
+}
+
+/// Timing of the loop.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// Deadline of one API request (less when the term ends sooner).
+    pub request_timeout: Duration,
+    /// Backoff of failed Service writes.
+    pub backoff: Backoff,
+    /// The loop turns at least this often (to beat the heartbeat).
+    pub tick: Duration,
+    /// Delay of a full pass deferred because passes kept asking for more.
+    pub deferred_pass: Duration,
+    /// Pause after a configuration change, to let a burst settle.
+    pub settle: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            request_timeout: kube_edge::REQUEST_TIMEOUT,
+            backoff: Backoff::default(),
+            tick: Duration::from_secs(5),
+            deferred_pass: Duration::from_secs(1),
+            settle: Duration::from_millis(50),
+        }
+    }
+}
+
+/// How many full passes may follow each other before the loop defers the
+/// next one (a pass that keeps asking for another one is a bug; this keeps
+/// it from spinning, never from running).
 const MAX_CHAINED_PASSES: usize = 3;
-const RETRY_MIN: Duration = Duration::from_millis(500);
-const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Conflicts in a row on one Service before it backs off like a failure.
+const MAX_CONFLICTS: u32 = 3;
 
 /// What the loop reads.
-pub struct Inputs {
+pub struct Inputs<C> {
     pub pools: Store<IPAddressPool>,
     pub communities: Store<Community>,
     pub namespaces: Store<Namespace>,
     pub services: Store<KubeService>,
     pub config_changed: Arc<Notify>,
-    pub service_events: mpsc::UnboundedReceiver<ServiceEvent>,
-    pub leader: watch::Receiver<bool>,
+    pub service_changes: C,
+    pub leader: watch::Receiver<Leadership>,
 }
 
 /// What the loop writes through.
-pub struct Outputs {
+pub struct Outputs<A> {
     pub namespace: String,
     pub owner: Option<OwnerReference>,
     pub state_writer: StatusWriter<ConfigurationState>,
     pub pool_writer: StatusWriter<IPAddressPool>,
-    pub edge: ServiceEdge,
+    pub api: A,
     pub ready: Arc<AtomicBool>,
+    pub heartbeat: Arc<Heartbeat>,
     pub lb_class: String,
     pub metrics: ControllerMetrics,
 }
 
-/// A Service write the store has not caught up with yet: the object the
-/// server answered, and the resourceVersion the store had before it.
+/// A Service write the store has not caught up with yet (or a fresher read
+/// after a conflict): the object, and the resourceVersion the store had
+/// before it.
 struct Written {
     before: Option<String>,
     object: KubeService,
 }
 
-struct Retry {
-    at: Instant,
-    failures: u32,
+/// Why a pass stopped early.
+#[derive(Debug, PartialEq, Eq)]
+enum Stop {
+    /// The term the pass acts for is over: write nothing more.
+    TermOver,
 }
 
-pub struct Driver {
-    inp: Inputs,
-    out: Outputs,
+pub struct Driver<C, A> {
+    inp: Inputs<C>,
+    out: Outputs<A>,
+    timing: Timing,
     pools: PoolReconciler,
     services: ServiceReconciler,
+    /// The term the loop acts for (`None`: standing by).
+    term: Option<u64>,
     pending: BTreeSet<String>,
     full_pass: bool,
+    /// A full pass deferred to this instant.
+    deferred_until: Option<tokio::time::Instant>,
     written: HashMap<String, Written>,
-    retries: BTreeMap<String, Retry>,
+    retries: Retries<String>,
+    conflicts: HashMap<String, u32>,
+    /// The last batch of events published per Service.
+    published: HashMap<String, Vec<Event>>,
     first_pass_done: bool,
 }
 
-impl Driver {
-    pub fn new(inp: Inputs, out: Outputs) -> Self {
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
+    pub fn new(inp: Inputs<C>, out: Outputs<A>, timing: Timing) -> Self {
         Self {
             inp,
             out,
+            timing,
             pools: PoolReconciler::new(),
             services: ServiceReconciler::new(),
+            term: None,
             pending: BTreeSet::new(),
             full_pass: true,
+            deferred_until: None,
             written: HashMap::new(),
-            retries: BTreeMap::new(),
+            retries: Retries::new(timing.backoff),
+            conflicts: HashMap::new(),
+            published: HashMap::new(),
             first_pass_done: false,
         }
     }
@@ -111,91 +193,146 @@ impl Driver {
         self.inp.communities.wait_until_ready().await?;
         self.inp.namespaces.wait_until_ready().await?;
         self.inp.services.wait_until_ready().await?;
-        let mut leader = *self.inp.leader.borrow_and_update();
-        if leader {
-            tracing::info!("leading: allocating");
+        self.out.heartbeat.beat();
+        let leadership = *self.inp.leader.borrow_and_update();
+        self.reconcile_config();
+        if leadership.is_leader() {
+            self.start_term(leadership.term).await;
         } else {
             tracing::info!("not leading: waiting for the lease before allocating");
         }
-        self.reconcile_config(leader);
         loop {
-            if leader {
-                self.process().await;
+            self.out.heartbeat.beat();
+            if self.term.is_some() {
+                if self.process().await == Err(Stop::TermOver) {
+                    self.end_term("the lease term ended during a pass");
+                }
             } else {
                 self.pending.clear();
                 self.retries.clear();
             }
-            self.update_pool_statuses(leader);
-            if !self.out.ready.load(Ordering::Acquire) && (self.first_pass_done || !leader) {
+            self.update_pool_statuses();
+            if !self.out.ready.load(Ordering::Acquire)
+                && (self.first_pass_done || self.term.is_none())
+            {
                 // Ready once the first full pass over existing Services is
                 // done (a standby is ready as soon as its configuration is).
                 self.out.ready.store(true, Ordering::Release);
                 tracing::info!(first_pass = self.first_pass_done, "ready");
             }
-            let next_retry = self.retries.values().map(|r| r.at).min();
+            let next_retry = self
+                .retries
+                .next_due_after(now())
+                .map(tokio::time::Instant::from_std);
+            let wake = [next_retry, self.deferred_until]
+                .into_iter()
+                .flatten()
+                .min();
             tokio::select! {
                 _ = self.inp.config_changed.notified() => {
                     // Let a burst (e.g. `kubectl apply` of many objects) settle.
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    self.reconcile_config(leader);
+                    tokio::time::sleep(self.timing.settle).await;
+                    self.reconcile_config();
                 }
-                ev = self.inp.service_events.recv() => {
-                    let Some(ev) = ev else { return Ok(()) };
-                    self.take(ev);
-                    while let Ok(ev) = self.inp.service_events.try_recv() {
-                        self.take(ev);
-                    }
+                changes = self.inp.service_changes.next() => {
+                    let Some(changes) = changes else { return Ok(()) };
+                    self.pending.extend(changes.keys);
+                    self.full_pass |= changes.full;
                 }
                 changed = self.inp.leader.changed() => {
                     if changed.is_err() {
                         return Ok(());
                     }
-                    let now = *self.inp.leader.borrow_and_update();
-                    if now != leader {
-                        leader = now;
-                        self.leadership_changed(leader);
+                    let l = *self.inp.leader.borrow_and_update();
+                    match (self.term, l.is_leader()) {
+                        (Some(t), true) if t == l.term => {} // a renewal
+                        (Some(_), true) => {
+                            self.end_term("a new lease term began");
+                            self.start_term(l.term).await;
+                        }
+                        (None, true) => self.start_term(l.term).await,
+                        (Some(_), false) => self.end_term("lost the lease"),
+                        (None, false) => {}
                     }
                 }
-                _ = sleep_until(next_retry) => {
-                    let now = Instant::now();
-                    let due: Vec<String> = self.retries.iter().filter(|(_, r)| r.at <= now).map(|(k, _)| k.clone()).collect();
-                    self.pending.extend(due);
+                _ = sleep_until(wake) => {
+                    let at = now();
+                    self.pending.extend(self.retries.due(at));
+                    if self.deferred_until.is_some_and(|d| d <= tokio::time::Instant::from_std(at)) {
+                        self.deferred_until = None;
+                    }
                 }
+                _ = tokio::time::sleep(self.timing.tick) => {}
             }
         }
     }
 
-    fn take(&mut self, ev: ServiceEvent) {
-        match ev {
-            ServiceEvent::Changed(key) => {
-                self.pending.insert(key);
-            }
-            ServiceEvent::Relisted => self.full_pass = true,
+    /// A new term: start over from a fresh list of the Services (the store
+    /// may be stale: its watch can be in backoff), as after a restart.
+    async fn start_term(&mut self, term: u64) {
+        tracing::info!(
+            term,
+            "leading: waiting for a fresh list of the Services before allocating"
+        );
+        self.inp.service_changes.relist().await;
+        // The term may have ended while listing.
+        if !self.inp.leader.borrow().leads(term, now()) {
+            tracing::warn!(term, "the lease term ended before the list came");
+            return;
         }
+        tracing::info!(
+            term,
+            "rebuilding the allocation from the Services' status; allocating"
+        );
+        self.term = Some(term);
+        self.services = ServiceReconciler::new();
+        if let Some(cfg) = self.pools.last_valid() {
+            self.services.set_config(cfg);
+        }
+        self.written.clear();
+        self.conflicts.clear();
+        self.published.clear();
+        self.full_pass = true;
     }
 
-    fn leadership_changed(&mut self, leader: bool) {
-        if leader {
-            tracing::info!("became leader: rebuilding the allocation from Service status");
-            // Start from what the Services say, as after a restart.
-            self.services = ServiceReconciler::new();
-            if let Some(cfg) = self.pools.last_valid() {
-                self.services.set_config(cfg);
-            }
-            self.written.clear();
-            self.full_pass = true;
-        } else {
-            tracing::warn!("lost the lease: allocation stopped");
-            self.services = ServiceReconciler::new();
-            self.written.clear();
-            self.pending.clear();
-            self.retries.clear();
+    /// The end of a term: nothing decided in it is written any more.
+    fn end_term(&mut self, why: &str) {
+        if let Some(term) = self.term.take() {
+            tracing::warn!(term, reason = why, "allocation stopped");
         }
+        // Forget every desired pool status (IPAddressPools are never
+        // deleted: `remove` only drops what we wanted) and the gauges.
+        for pool in self.services.allocator().pool_names() {
+            self.out.metrics.remove_pool(pool);
+            self.out
+                .pool_writer
+                .remove(&ObjectKey::new(self.out.namespace.clone(), pool));
+        }
+        self.services = ServiceReconciler::new();
+        self.written.clear();
+        self.pending.clear();
+        self.retries.clear();
+        self.conflicts.clear();
+        self.published.clear();
+        self.deferred_until = None;
+    }
+
+    /// What is left of the current term (`None`: it is over, or none).
+    fn fence(&self) -> Option<Duration> {
+        let term = self.term?;
+        self.inp.leader.borrow().remaining(term, now())
+    }
+
+    /// The deadline of the next request: the request timeout, or what is
+    /// left of the term when less.
+    fn deadline(&self) -> Result<Duration, Stop> {
+        let left = self.fence().ok_or(Stop::TermOver)?;
+        Ok(left.min(self.timing.request_timeout))
     }
 
     /// Parses the pool configuration, reports it, and applies a new valid
     /// one to the allocator (then every Service is processed again).
-    fn reconcile_config(&mut self, leader: bool) {
+    fn reconcile_config(&mut self) {
         let resources = pool_reconciler::resources(
             self.inp
                 .pools
@@ -260,7 +397,7 @@ impl Driver {
         let after = self.pools.last_valid();
         if after.is_some() && (after != before.as_ref() || !self.services.config_loaded()) {
             let cfg = after.cloned().unwrap_or_default();
-            if leader {
+            if self.term.is_some() {
                 let report = self.services.set_config(&cfg);
                 for (svc, ips, pool) in &report.dropped {
                     tracing::info!(
@@ -272,11 +409,13 @@ impl Driver {
                 }
             }
             self.full_pass = true;
+            // A new configuration is worth trying what failed before.
+            self.retries.clear();
         }
     }
 
-    /// The Service as last known: our own write when the store has not
-    /// caught up with it yet.
+    /// The Service as last known: our own write (or a fresher read) when
+    /// the store has not caught up with it yet.
     fn current(&mut self, key: &str) -> Option<KubeService> {
         let (ns, name) = key.split_once('/')?;
         let stored = self
@@ -286,7 +425,7 @@ impl Driver {
         if let Some(w) = self.written.get(key) {
             let stale = match &stored {
                 Some(s) => s.resource_version() == w.before,
-                None => false,
+                None => w.before.is_none(),
             };
             if stale {
                 return Some(w.object.clone());
@@ -296,38 +435,45 @@ impl Driver {
         stored.map(|s| (*s).clone())
     }
 
-    async fn process(&mut self) {
+    async fn process(&mut self) -> Result<(), Stop> {
         if !self.services.config_loaded() {
             // MetalLB skips Services until a configuration is loaded: that
             // is the whole pass.
             self.pending.clear();
             self.first_pass_done = true;
-            return;
+            return Ok(());
         }
         let mut passes = 0;
         loop {
-            if self.full_pass {
-                self.full_pass = false;
+            if self.full_pass && self.deferred_until.is_none() {
                 if passes < MAX_CHAINED_PASSES {
+                    self.full_pass = false;
                     passes += 1;
-                    self.full_pass_once().await;
+                    self.full_pass_once().await?;
                     continue;
                 }
+                // Deferred, never dropped: the flag stays set.
+                self.deferred_until = Some(tokio::time::Instant::now() + self.timing.deferred_pass);
                 tracing::warn!(
                     passes,
-                    "full passes keep asking for another; waiting for the next event"
+                    retry_in = ?self.timing.deferred_pass,
+                    "full passes keep asking for another; deferring the next one"
                 );
             }
             let Some(key) = self.pending.pop_first() else {
-                break;
+                return Ok(());
             };
-            self.sync_one(&key).await;
+            if self.retries.waiting(&key, now()) {
+                // Its backoff decides when it is tried again.
+                continue;
+            }
+            self.sync_one(&key).await?;
         }
     }
 
     /// Every Service once: deleted ones first (they free addresses), then
     /// MetalLB's order (those with addresses first).
-    async fn full_pass_once(&mut self) {
+    async fn full_pass_once(&mut self) -> Result<(), Stop> {
         let all: Vec<KubeService> = self
             .inp
             .services
@@ -350,14 +496,22 @@ impl Driver {
                 .map(service::key_of),
         );
         self.pending.clear();
+        let at = now();
         for key in keys {
-            self.sync_one(&key).await;
+            if self.retries.waiting(&key, at) {
+                continue;
+            }
+            self.sync_one(&key).await?;
         }
         self.first_pass_done = true;
+        Ok(())
     }
 
-    async fn sync_one(&mut self, key: &str) {
-        self.retries.remove(key);
+    async fn sync_one(&mut self, key: &str) -> Result<(), Stop> {
+        self.out.heartbeat.beat();
+        if self.fence().is_none() {
+            return Err(Stop::TermOver);
+        }
         let svc = self.current(key);
         let svc = svc.filter(|s| service::handles_class(s, &self.out.lb_class));
         let outcome = self.services.sync(key, svc.as_ref());
@@ -368,7 +522,10 @@ impl Driver {
         }
         let Some(svc) = svc else {
             self.written.remove(key);
-            return;
+            self.retries.succeeded(&key.to_owned());
+            self.conflicts.remove(key);
+            self.published.remove(key);
+            return Ok(());
         };
         for e in &outcome.events {
             if e.warning {
@@ -377,50 +534,105 @@ impl Driver {
                 tracing::info!(service = key, reason = e.reason, "{}", e.message);
             }
         }
-        self.out.edge.publish(&svc, &outcome.events).await;
+        if !outcome.events.is_empty() && self.published.get(key) != Some(&outcome.events) {
+            let timeout = self.deadline()?;
+            self.out.api.publish(&svc, &outcome.events, timeout).await;
+            self.published
+                .insert(key.to_owned(), outcome.events.clone());
+        }
         if outcome.state != SyncState::ErrorNoRetry {
             self.out.metrics.update_ok();
         }
         if outcome.update.is_empty() {
-            return;
+            self.retries.succeeded(&key.to_owned());
+            self.conflicts.remove(key);
+            return Ok(());
         }
-        match self.out.edge.write(&svc, &outcome.update).await {
+        let timeout = self.deadline()?;
+        match self.out.api.write(&svc, &outcome.update, timeout).await {
             Ok(Some(object)) => {
                 tracing::info!(service = key, ingress = ?outcome.update.ingress, "updated service object");
                 self.written.insert(
                     key.to_owned(),
                     Written {
-                        before: svc.resource_version(),
+                        before: self.stored_version(key),
                         object,
                     },
                 );
+                self.retries.succeeded(&key.to_owned());
+                self.conflicts.remove(key);
             }
             Ok(None) => {
                 // Deleted meanwhile: its delete event releases the address.
                 self.written.remove(key);
+                self.retries.succeeded(&key.to_owned());
+            }
+            Err(e) if e.class == Class::Conflict => {
+                let n = self.conflicts.entry(key.to_owned()).or_default();
+                *n += 1;
+                if *n > MAX_CONFLICTS {
+                    self.conflicts.remove(key);
+                    self.failed(key, Class::Transient, &e.to_string());
+                    return Ok(());
+                }
+                tracing::info!(service = key, error = %e, "the Service changed since it was read; reading it again");
+                self.reread(key).await?;
+                self.pending.insert(key.to_owned());
             }
             Err(e) => {
-                self.out.metrics.update_error();
-                let failures = self.retries.get(key).map_or(0, |r| r.failures) + 1;
-                let delay = RETRY_MIN
-                    .saturating_mul(1 << failures.min(6))
-                    .min(RETRY_MAX);
-                tracing::warn!(service = key, error = %e, retry_in = ?delay, "writing the Service failed; keeping its assignment and retrying");
-                self.retries.insert(
+                self.failed(key, e.class, &e.to_string());
+            }
+        }
+        Ok(())
+    }
+
+    /// The resourceVersion the store has of `key`.
+    fn stored_version(&self, key: &str) -> Option<String> {
+        let (ns, name) = key.split_once('/')?;
+        self.inp
+            .services
+            .get(&ObjectRef::<KubeService>::new(name).within(ns))
+            .and_then(|s| s.resource_version())
+    }
+
+    /// Reads `key` from the server, so the next decision is made on it.
+    async fn reread(&mut self, key: &str) -> Result<(), Stop> {
+        let Some((ns, name)) = key.split_once('/') else {
+            return Ok(());
+        };
+        let timeout = self.deadline()?;
+        match self.out.api.get(ns, name, timeout).await {
+            Ok(Some(fresh)) => {
+                self.written.insert(
                     key.to_owned(),
-                    Retry {
-                        at: Instant::now() + delay,
-                        failures,
+                    Written {
+                        before: self.stored_version(key),
+                        object: fresh,
                     },
                 );
             }
+            Ok(None) => {
+                self.written.remove(key);
+            }
+            Err(e) => self.failed(key, e.class, &e.to_string()),
+        }
+        Ok(())
+    }
+
+    fn failed(&mut self, key: &str, class: Class, error: &str) {
+        self.out.metrics.update_error();
+        let delay = self.retries.failed(key.to_owned(), class, now());
+        if class == Class::Permanent {
+            tracing::error!(service = key, error, retry_in = ?delay, "writing the Service was refused; keeping its assignment and retrying rarely");
+        } else {
+            tracing::warn!(service = key, error, retry_in = ?delay, "writing the Service failed; keeping its assignment and retrying");
         }
     }
 
     /// Pool status for every pool whose counters changed (the writer
     /// coalesces bursts to one write per pool per second).
-    fn update_pool_statuses(&mut self, leader: bool) {
-        if !leader {
+    fn update_pool_statuses(&mut self) {
+        if self.term.is_none() {
             return;
         }
         let changed = self.services.allocator_mut().take_changed_pools();
@@ -452,9 +664,12 @@ impl Driver {
     }
 }
 
-async fn sleep_until(at: Option<Instant>) {
+async fn sleep_until(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests;

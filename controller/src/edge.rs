@@ -3,10 +3,14 @@
 //! annotation with a merge patch (never an update, so a concurrent spec edit
 //! by the user is never overwritten with a stale copy), and MetalLB's events.
 
+use std::future::Future;
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::Service as KubeService;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
+use kube_edge::{ApiFailure, Class};
 use serde_json::{Value, json};
 
 use crate::service::{Event, ServiceUpdate};
@@ -41,6 +45,48 @@ pub fn annotations_patch(update: &ServiceUpdate) -> Value {
     json!({"metadata": {"annotations": annotations}})
 }
 
+/// The Service API the driver writes through ([`ServiceEdge`] against a
+/// server; a fake in tests). Every call is bounded by the `timeout` given.
+pub trait ServiceApi: Send + Sync {
+    /// Makes `update` on `svc`, conditional on `svc`'s `resourceVersion` (a
+    /// Service changed since it was read fails with [`Class::Conflict`]):
+    /// the status first (what the speakers act on), then the annotations.
+    /// Returns the object as the server last answered, or `None` when the
+    /// Service no longer exists.
+    fn write(
+        &self,
+        svc: &KubeService,
+        update: &ServiceUpdate,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Option<KubeService>, ApiFailure>> + Send;
+
+    /// Reads the Service `namespace/name` (`None`: it does not exist).
+    fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Option<KubeService>, ApiFailure>> + Send;
+
+    /// Publishes `events` about `svc` (failures are logged: an event is not
+    /// worth a retry).
+    fn publish(
+        &self,
+        svc: &KubeService,
+        events: &[Event],
+        timeout: Duration,
+    ) -> impl Future<Output = ()> + Send;
+}
+
+/// A JSON merge patch made conditional on `resource_version` (the API
+/// server rejects it with 409 when the object changed since).
+pub fn conditional(mut patch: Value, resource_version: Option<&str>) -> Value {
+    if let Some(rv) = resource_version {
+        patch["metadata"]["resourceVersion"] = json!(rv);
+    }
+    patch
+}
+
 impl ServiceEdge {
     /// Writes through `client`; events name `instance` (e.g. the Pod) as
     /// the reporting instance.
@@ -54,47 +100,75 @@ impl ServiceEdge {
             client,
         }
     }
+}
 
-    /// Makes `update` on `svc`: the status first (what the speakers act
-    /// on), then the annotations. Returns the object as the server last
-    /// answered, or `None` when the Service no longer exists.
-    pub async fn write(
+impl ServiceApi for ServiceEdge {
+    async fn write(
         &self,
         svc: &KubeService,
         update: &ServiceUpdate,
-    ) -> Result<Option<KubeService>, kube::Error> {
+        timeout: Duration,
+    ) -> Result<Option<KubeService>, ApiFailure> {
         let ns = svc.namespace().unwrap_or_default();
         let api: Api<KubeService> = Api::namespaced(self.client.clone(), &ns);
         let name = svc.name_any();
         let params = PatchParams::default();
+        let started = tokio::time::Instant::now();
+        let left = || timeout.saturating_sub(started.elapsed());
+        let mut rv = svc.resource_version();
         let mut last = None;
         if let Some(ips) = &update.ingress {
-            match api
-                .patch_status(&name, &params, &Patch::Merge(status_patch(ips)))
-                .await
+            let patch = conditional(status_patch(ips), rv.as_deref());
+            match kube_edge::call(
+                left(),
+                || format!("patching services/status {ns}/{name}"),
+                api.patch_status(&name, &params, &Patch::Merge(patch)),
+            )
+            .await
             {
-                Ok(s) => last = Some(s),
-                Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
+                Ok(s) => {
+                    rv = s.resource_version();
+                    last = Some(s);
+                }
+                Err(e) if e.class == Class::NotFound => return Ok(None),
                 Err(e) => return Err(e),
             }
         }
         if !update.annotations.is_empty() {
-            match api
-                .patch(&name, &params, &Patch::Merge(annotations_patch(update)))
-                .await
+            let patch = conditional(annotations_patch(update), rv.as_deref());
+            match kube_edge::call(
+                left(),
+                || format!("patching services {ns}/{name}"),
+                api.patch(&name, &params, &Patch::Merge(patch)),
+            )
+            .await
             {
                 Ok(s) => last = Some(s),
-                Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
+                Err(e) if e.class == Class::NotFound => return Ok(None),
                 Err(e) => return Err(e),
             }
         }
         Ok(last)
     }
 
-    /// Publishes `events` about `svc` (failures are logged: an event is
-    /// not worth a retry).
-    pub async fn publish(&self, svc: &KubeService, events: &[Event]) {
+    async fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<Option<KubeService>, ApiFailure> {
+        let api: Api<KubeService> = Api::namespaced(self.client.clone(), namespace);
+        kube_edge::call(
+            timeout,
+            || format!("getting services {namespace}/{name}"),
+            api.get_opt(name),
+        )
+        .await
+    }
+
+    async fn publish(&self, svc: &KubeService, events: &[Event], timeout: Duration) {
         let reference = svc.object_ref(&());
+        let key = format!("{}/{}", svc.namespace().unwrap_or_default(), svc.name_any());
         for e in events {
             let ev = KubeEvent {
                 type_: if e.warning {
@@ -107,8 +181,14 @@ impl ServiceEdge {
                 action: e.reason.replace(' ', ""),
                 secondary: None,
             };
-            if let Err(err) = self.recorder.publish(&ev, &reference).await {
-                tracing::warn!(service = %format!("{}/{}", svc.namespace().unwrap_or_default(), svc.name_any()), reason = e.reason, error = %err, "publishing an event failed");
+            match tokio::time::timeout(timeout, self.recorder.publish(&ev, &reference)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => {
+                    tracing::warn!(service = key, reason = e.reason, error = %err, "publishing an event failed")
+                }
+                Err(_) => {
+                    tracing::warn!(service = key, reason = e.reason, timeout = ?timeout, "publishing an event timed out")
+                }
             }
         }
     }
@@ -139,6 +219,10 @@ mod tests {
                 ("metallb.universe.tf/ip-allocated-from-pool".into(), None),
             ]),
         };
+        assert_eq!(
+            conditional(status_patch(&[]), Some("42")),
+            json!({"metadata": {"resourceVersion": "42"}, "status": {"loadBalancer": {"ingress": null}}})
+        );
         assert_eq!(
             annotations_patch(&u),
             json!({"metadata": {"annotations": {

@@ -1,18 +1,81 @@
 //! `/healthz` and `/readyz`: a minimal HTTP/1.1 server on a tokio listener
 //! (one request per connection, `Connection: close`), enough for kubelet
-//! probes and `curl`.
+//! probes and `curl`. `/healthz` fails when the loop's [`Heartbeat`] has not
+//! beaten for `max_stall` (a wedged loop is restarted by the kubelet).
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// When a loop last showed it is turning.
+#[derive(Debug)]
+pub struct Heartbeat {
+    start: Instant,
+    /// Milliseconds since `start` of the last beat.
+    last: AtomicU64,
+}
+
+impl Default for Heartbeat {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Heartbeat {
+    /// A heartbeat that beat just now.
+    pub fn new() -> Self {
+        Self {
+            start: tokio::time::Instant::now().into_std(),
+            last: AtomicU64::new(0),
+        }
+    }
+
+    fn since_start(&self) -> u64 {
+        let elapsed = tokio::time::Instant::now()
+            .into_std()
+            .saturating_duration_since(self.start);
+        u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The loop turned.
+    pub fn beat(&self) {
+        self.last.fetch_max(self.since_start(), Ordering::AcqRel);
+    }
+
+    /// Time since the last beat.
+    pub fn age(&self) -> Duration {
+        Duration::from_millis(
+            self.since_start()
+                .saturating_sub(self.last.load(Ordering::Acquire)),
+        )
+    }
+}
+
+/// What the probes answer from.
+#[derive(Clone, Debug)]
+pub struct Probes {
+    /// `/readyz` is 200 once set.
+    pub ready: Arc<AtomicBool>,
+    /// `/healthz` is 200 while this beat within `max_stall`.
+    pub heartbeat: Arc<Heartbeat>,
+    /// Longest time without a beat that is still healthy.
+    pub max_stall: Duration,
+}
+
+impl Probes {
+    fn live(&self) -> bool {
+        self.heartbeat.age() <= self.max_stall
+    }
+}
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// The status line and body answering a request whose head is `head`.
-/// `/healthz` is always 200; `/readyz` is 200 once `ready`, else 503.
-pub fn respond(head: &[u8], ready: bool) -> (&'static str, &'static str) {
+/// `/healthz` is 200 while `live`, else 500; `/readyz` is 200 once `ready`,
+/// else 503.
+pub fn respond(head: &[u8], ready: bool, live: bool) -> (&'static str, &'static str) {
     let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
     let line = String::from_utf8_lossy(line);
     let mut parts = line.split_whitespace();
@@ -22,14 +85,18 @@ pub fn respond(head: &[u8], ready: bool) -> (&'static str, &'static str) {
         return ("405 Method Not Allowed", "method not allowed\n");
     }
     match path {
-        "/healthz" | "/livez" => ("200 OK", "ok\n"),
+        "/healthz" | "/livez" if live => ("200 OK", "ok\n"),
+        "/healthz" | "/livez" => (
+            "500 Internal Server Error",
+            "the reconcile loop has not turned within its deadline\n",
+        ),
         "/readyz" if ready => ("200 OK", "ok\n"),
         "/readyz" => ("503 Service Unavailable", "not ready\n"),
         _ => ("404 Not Found", "not found\n"),
     }
 }
 
-async fn handle(mut stream: TcpStream, ready: bool) -> std::io::Result<()> {
+async fn handle(mut stream: TcpStream, ready: bool, live: bool) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(512);
     let mut chunk = [0u8; 512];
     // Read the request head (bounded in size and time).
@@ -49,7 +116,7 @@ async fn handle(mut stream: TcpStream, ready: bool) -> std::io::Result<()> {
     tokio::time::timeout(Duration::from_secs(5), read)
         .await
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
-    let (status, body) = respond(&buf, ready);
+    let (status, body) = respond(&buf, ready, live);
     let head_only = buf.starts_with(b"HEAD ");
     let response = format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
@@ -61,20 +128,20 @@ async fn handle(mut stream: TcpStream, ready: bool) -> std::io::Result<()> {
 }
 
 /// Serves probes on `listener` until `shutdown` completes.
-pub async fn serve(
-    listener: TcpListener,
-    ready: Arc<AtomicBool>,
-    shutdown: impl Future<Output = ()>,
-) {
+pub async fn serve(listener: TcpListener, probes: Probes, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             () = &mut shutdown => return,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    let ready = ready.load(Ordering::Acquire);
+                    let ready = probes.ready.load(Ordering::Acquire);
+                    let live = probes.live();
+                    if !live {
+                        tracing::error!(stalled_for = ?probes.heartbeat.age(), "liveness probe failed: the reconcile loop is not turning");
+                    }
                     tokio::spawn(async move {
-                        if let Err(e) = handle(stream, ready).await {
+                        if let Err(e) = handle(stream, ready, live).await {
                             tracing::debug!(error = %e, "health probe connection failed");
                         }
                     });
@@ -92,19 +159,36 @@ pub async fn serve(
 mod tests {
     use super::*;
 
+    #[tokio::test(start_paused = true)]
+    async fn heartbeat_ages_until_it_beats() {
+        let h = Heartbeat::new();
+        assert_eq!(h.age(), Duration::ZERO);
+        tokio::time::advance(Duration::from_secs(7)).await;
+        assert_eq!(h.age(), Duration::from_secs(7));
+        h.beat();
+        assert_eq!(h.age(), Duration::ZERO);
+    }
+
     #[test]
     fn routes() {
         let get = |p: &str| format!("GET {p} HTTP/1.1\r\nHost: x\r\n\r\n").into_bytes();
-        assert_eq!(respond(&get("/healthz"), false).0, "200 OK");
-        assert_eq!(respond(&get("/readyz"), false).0, "503 Service Unavailable");
-        assert_eq!(respond(&get("/readyz"), true).0, "200 OK");
-        assert_eq!(respond(&get("/readyz?verbose"), true).0, "200 OK");
-        assert_eq!(respond(&get("/metrics"), true).0, "404 Not Found");
+        assert_eq!(respond(&get("/healthz"), false, true).0, "200 OK");
         assert_eq!(
-            respond(b"POST /healthz HTTP/1.1\r\n\r\n", true).0,
+            respond(&get("/healthz"), true, false).0,
+            "500 Internal Server Error"
+        );
+        assert_eq!(
+            respond(&get("/readyz"), false, true).0,
+            "503 Service Unavailable"
+        );
+        assert_eq!(respond(&get("/readyz"), true, true).0, "200 OK");
+        assert_eq!(respond(&get("/readyz?verbose"), true, true).0, "200 OK");
+        assert_eq!(respond(&get("/metrics"), true, true).0, "404 Not Found");
+        assert_eq!(
+            respond(b"POST /healthz HTTP/1.1\r\n\r\n", true, true).0,
             "405 Method Not Allowed"
         );
-        assert_eq!(respond(b"", true).0, "405 Method Not Allowed");
+        assert_eq!(respond(b"", true, true).0, "405 Method Not Allowed");
     }
 
     #[tokio::test]
@@ -112,8 +196,14 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let ready = Arc::new(AtomicBool::new(false));
+        let heartbeat = Arc::new(Heartbeat::new());
+        let probes = Probes {
+            ready: ready.clone(),
+            heartbeat: heartbeat.clone(),
+            max_stall: Duration::from_millis(300),
+        };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(listener, ready.clone(), async {
+        let server = tokio::spawn(serve(listener, probes, async {
             let _ = rx.await;
         }));
         let get = async |path: &str| {
@@ -131,6 +221,12 @@ mod tests {
         let r = get("/readyz").await;
         assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
         assert!(r.ends_with("\r\n\r\nok\n"), "{r}");
+        // A loop that stops beating fails the liveness probe; beating again
+        // heals it.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(get("/healthz").await.starts_with("HTTP/1.1 500 "));
+        heartbeat.beat();
+        assert!(get("/healthz").await.starts_with("HTTP/1.1 200 OK\r\n"));
         tx.send(()).unwrap();
         server.await.unwrap();
     }

@@ -59,6 +59,37 @@ mod tests;
 /// The name of the controller's Lease (in its namespace).
 pub const LEASE_NAME: &str = "metallb-rs-controller";
 
+/// Whether we lead, published by [`LeaderElector::run`]: the term (1 for
+/// the first acquisition by this process, +1 for each later one) and until
+/// when it lasts unless renewed. A write made for a term is fenced by it:
+/// made only while [`Leadership::leads`] says so for that same term.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Leadership {
+    /// The number of the current (or last) term; 0 before the first.
+    pub term: u64,
+    /// The end of the current term unless renewed; `None` when not leading.
+    pub until: Option<Instant>,
+}
+
+impl Leadership {
+    /// Whether this says we lead (at the time it was published).
+    pub fn is_leader(&self) -> bool {
+        self.until.is_some()
+    }
+
+    /// Whether we lead at `now` in term `term`.
+    pub fn leads(&self, term: u64, now: Instant) -> bool {
+        self.term == term && self.until.is_some_and(|u| now < u)
+    }
+
+    /// What is left of term `term` at `now` (`None`: it is over).
+    pub fn remaining(&self, term: u64, now: Instant) -> Option<Duration> {
+        self.leads(term, now)
+            .then(|| self.until.map(|u| u.saturating_duration_since(now)))
+            .flatten()
+    }
+}
+
 /// client-go's `JitterFactor`: a candidate waits `retry_period` plus up to
 /// this many `retry_period`s between attempts, so that candidates spread out.
 pub const JITTER_FACTOR: f64 = 1.2;
@@ -665,16 +696,15 @@ impl Elector {
     }
 }
 
-/// A holder identity: the Pod name (or, without one, the host name) and a
-/// random suffix, so that a restarted process never takes its predecessor's
-/// record for its own.
+/// A holder identity: the Pod name, so that the same Pod restarted (a
+/// crashed container) finds the Lease its own and renews it at once instead
+/// of waiting a whole lease duration. Without a Pod name (run by hand), the
+/// host name and a random suffix, so that two such processes never share one.
 pub fn identity(pod_name: &str) -> String {
-    let base = if pod_name.is_empty() {
-        hostname()
-    } else {
-        pod_name.to_owned()
-    };
-    format!("{base}_{:016x}", random_u64())
+    if !pod_name.is_empty() {
+        return pod_name.to_owned();
+    }
+    format!("{}_{:016x}", hostname(), random_u64())
 }
 
 fn hostname() -> String {
@@ -899,17 +929,19 @@ fn random_unit() -> f64 {
     (random_u64() >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// Logs `transition` and publishes whether we lead.
+/// Logs `transition` and publishes whether we lead, in which term, until
+/// when (a new term on each acquisition).
 fn report(
     lease: &str,
     elector: &Elector,
     transition: Option<Transition>,
-    is_leader: &watch::Sender<bool>,
+    is_leader: &watch::Sender<Leadership>,
 ) {
-    match transition {
+    match &transition {
         Some(Transition::Acquired) => tracing::info!(
             lease,
             holder = elector.identity(),
+            term = is_leader.borrow().term + 1,
             "acquired the lease: this controller leads"
         ),
         Some(Transition::Lost(reason)) => tracing::warn!(
@@ -924,8 +956,24 @@ fn report(
         }
         None => {}
     }
-    let leading = elector.is_leader(now());
-    is_leader.send_if_modified(|v| std::mem::replace(v, leading) != leading);
+    let now = now();
+    let until = elector
+        .is_leader(now)
+        .then(|| elector.leader_until())
+        .flatten();
+    is_leader.send_if_modified(|v| {
+        let term = if transition == Some(Transition::Acquired) {
+            v.term + 1
+        } else {
+            v.term
+        };
+        let next = Leadership { term, until };
+        std::mem::replace(v, next) != next
+    });
+}
+
+fn stop_leading(is_leader: &watch::Sender<Leadership>) {
+    is_leader.send_if_modified(|v| v.until.take().is_some());
 }
 
 /// The [`Response`] of an API call's `result` (`None`: it timed out).
@@ -972,7 +1020,7 @@ impl<A: LeaseApi> LeaderElector<A> {
     async fn exchange<F: Future<Output = ()>>(
         &mut self,
         request: &Request,
-        is_leader: &watch::Sender<bool>,
+        is_leader: &watch::Sender<Leadership>,
         mut stop: std::pin::Pin<&mut F>,
     ) -> Option<Response> {
         let Self {
@@ -1005,9 +1053,13 @@ impl<A: LeaseApi> LeaderElector<A> {
     /// Lease it stands again as a candidate. When `stop` completes it
     /// publishes `false`, then releases the Lease if it is ours (bounded by
     /// the renew deadline).
-    pub async fn run<F: Future<Output = ()>>(mut self, is_leader: watch::Sender<bool>, stop: F) {
+    pub async fn run<F: Future<Output = ()>>(
+        mut self,
+        is_leader: watch::Sender<Leadership>,
+        stop: F,
+    ) {
         let mut stop = std::pin::pin!(stop);
-        is_leader.send_if_modified(|v| std::mem::replace(v, false));
+        stop_leading(&is_leader);
         let mut last_holder: Option<String> = None;
         loop {
             let t = self.elector.tick(now());
@@ -1050,7 +1102,7 @@ impl<A: LeaseApi> LeaderElector<A> {
                 }
             }
         }
-        is_leader.send_if_modified(|v| std::mem::replace(v, false));
+        stop_leading(&is_leader);
         self.release().await;
     }
 

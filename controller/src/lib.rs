@@ -16,16 +16,20 @@
 //! - [`service`]: MetalLB's per-Service logic (`SetBalancer`,
 //!   `convergeBalancer`) over the allocator: what to write on a Service and
 //!   which events to emit, pure.
-//! - [`edge`]: the Service writes (status subresource, annotation patch) and
-//!   events.
+//! - [`driver`]: the loop that ties them together (configuration, Service
+//!   changes, leadership term, retries), over the [`edge::ServiceApi`]
+//!   trait, so its failure scenarios run as unit tests with a fake API.
+//! - [`edge`]: the Service writes (status subresource, annotation patch,
+//!   conditional on the `resourceVersion` decided on) and events.
 //! - [`leader`]: the Lease that lets one controller allocate at a time.
 //! - [`metrics`]: MetalLB's controller metrics (`metallb_allocator_*`,
 //!   `metallb_k8s_client_*`).
 //! - [`health`]: `/healthz` and `/readyz`.
-//! - The binary (`src/main.rs`, `src/driver.rs`): MetalLB's flags, the
-//!   watches, the loop, probes, metrics server, graceful shutdown.
+//! - The binary (`src/main.rs`): MetalLB's flags, the watches, probes,
+//!   metrics server, bounded graceful shutdown.
 
 pub mod alloc;
+pub mod driver;
 pub mod edge;
 pub mod health;
 pub mod leader;

@@ -22,8 +22,10 @@ use anyhow::{Context, Result};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, ValueEnum};
 use config::api::v1beta1::{Community, ConfigurationState, IPAddressPool};
+use controller::driver::{Changes, Driver, Inputs, Outputs, ServiceChanges, Timing};
 use controller::edge::ServiceEdge;
-use controller::leader::{self, LEASE_NAME, LeaderElector, LeaseConfig};
+use controller::health::{Heartbeat, Probes};
+use controller::leader::{self, LEASE_NAME, LeaderElector, Leadership, LeaseConfig};
 use controller::metrics::ControllerMetrics;
 use futures_util::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Service};
@@ -33,10 +35,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use status::configuration_state::Component;
 use status::{FIELD_MANAGER_CONTROLLER, KubeStatusApi, StatusWriter, SystemClock, WriterConfig};
-use tokio::sync::{Notify, mpsc, watch};
-
-mod driver;
-use driver::{Driver, Inputs, Outputs, ServiceEvent};
+use tokio::sync::{Notify, watch};
 
 const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
@@ -134,6 +133,40 @@ struct Args {
     /// Metrics TLS certificate directory (tls.crt, tls.key); default: self-signed.
     #[arg(long, default_value = "")]
     metrics_cert_dir: String,
+    /// Hold a Lease so that only one controller allocates (client-go's
+    /// leader election flags, as Kubernetes' own controllers take them).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true")]
+    leader_elect: bool,
+    /// How long a standby waits before taking over an unrenewed Lease.
+    #[arg(long, value_parser = parse_duration, default_value = "15s")]
+    leader_elect_lease_duration: Duration,
+    /// How long the leader keeps allocating without a successful renewal.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    leader_elect_renew_deadline: Duration,
+    /// Interval between attempts to acquire or renew the Lease.
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    leader_elect_retry_period: Duration,
+    /// Name of the Lease.
+    #[arg(long, default_value = LEASE_NAME)]
+    leader_elect_resource_name: String,
+    /// Namespace of the Lease (default: the controller's namespace).
+    #[arg(long, default_value = "")]
+    leader_elect_resource_namespace: String,
+    /// Longest time the reconcile loop may go without turning before
+    /// `/healthz` fails.
+    #[arg(long, value_parser = parse_duration, default_value = "60s")]
+    liveness_max_stall: Duration,
+    /// Time the whole shutdown may take (keep it below the Pod's
+    /// terminationGracePeriodSeconds, 30 s by default).
+    #[arg(long, value_parser = parse_duration, default_value = "20s")]
+    shutdown_timeout: Duration,
+}
+
+/// A Go-style duration (`15s`, `1500ms`, `1m`), as client-go's flags take.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = config::api::Duration::parse(s).map_err(|e| format!("{e}"))?;
+    let nanos = u64::try_from(d.as_nanos()).map_err(|_| format!("{s}: must not be negative"))?;
+    Ok(Duration::from_nanos(nanos))
 }
 
 /// Flags accepted for compatibility that do nothing yet: one warning each
@@ -325,6 +358,126 @@ async fn metrics_server(
     Ok(Some(server))
 }
 
+/// The Service changes of the watch, coalesced by key (bounded: past
+/// [`MAX_PENDING_KEYS`] keys they collapse into one full pass), and re-lists
+/// on demand (the watch is restarted; the store is replaced when its new
+/// list is complete).
+#[derive(Clone)]
+struct WatchedServices {
+    shared: Arc<ServiceQueue>,
+}
+
+const MAX_PENDING_KEYS: usize = 10_000;
+
+#[derive(Default)]
+struct ServiceQueue {
+    changes: std::sync::Mutex<Changes>,
+    notify: Notify,
+    /// Asks the watch task to start over with a fresh list.
+    relist: watch::Sender<u64>,
+    /// Lists completed (InitDone) since start.
+    lists: watch::Sender<u64>,
+}
+
+impl WatchedServices {
+    fn push(&self, key: Option<String>) {
+        let mut c = self
+            .shared
+            .changes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match key {
+            Some(_) if c.full => {}
+            Some(k) => {
+                c.keys.insert(k);
+                if c.keys.len() > MAX_PENDING_KEYS {
+                    c.keys.clear();
+                    c.full = true;
+                }
+            }
+            None => {
+                c.keys.clear();
+                c.full = true;
+            }
+        }
+        drop(c);
+        self.shared.notify.notify_one();
+    }
+}
+
+impl ServiceChanges for WatchedServices {
+    async fn next(&mut self) -> Option<Changes> {
+        loop {
+            let notified = self.shared.notify.notified();
+            {
+                let mut c = self
+                    .shared
+                    .changes
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                if c.full || !c.keys.is_empty() {
+                    return Some(std::mem::take(&mut *c));
+                }
+            }
+            notified.await;
+        }
+    }
+
+    async fn relist(&mut self) {
+        let mut lists = self.shared.lists.subscribe();
+        let before = *lists.borrow_and_update();
+        self.shared.relist.send_modify(|n| *n += 1);
+        // The store is complete again once a list started after this call
+        // is done (the watch replaces it atomically at InitDone).
+        let _ = lists.wait_for(|n| *n > before).await;
+    }
+}
+
+/// Watches every Service into `writer`, feeding `queue`; restarts the watch
+/// (a fresh list) whenever a re-list is asked for.
+async fn watch_services(
+    api: Api<Service>,
+    mut writer: reflector::store::Writer<Service>,
+    queue: WatchedServices,
+) {
+    let mut relist = queue.shared.relist.subscribe();
+    loop {
+        relist.borrow_and_update();
+        let mut stream =
+            std::pin::pin!(watcher(api.clone(), watcher::Config::default()).default_backoff());
+        loop {
+            tokio::select! {
+                changed = relist.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    tracing::info!("listing every Service again");
+                    break;
+                }
+                event = stream.next() => match event {
+                    None => return,
+                    Some(Ok(event)) => {
+                        writer.apply_watcher_event(&event);
+                        match &event {
+                            watcher::Event::Apply(s) | watcher::Event::Delete(s) => {
+                                queue.push(Some(controller::service::key_of(s)));
+                            }
+                            watcher::Event::InitDone => {
+                                queue.push(None);
+                                queue.shared.lists.send_modify(|n| *n += 1);
+                            }
+                            watcher::Event::Init | watcher::Event::InitApply(_) => {}
+                        }
+                    }
+                    Some(Err(e)) => {
+                        tracing::warn!(kind = "Service", error = %e, "watch failed; retrying with backoff");
+                    }
+                },
+            }
+        }
+    }
+}
+
 async fn run(args: Args) -> Result<()> {
     let ns = namespace(&args)?;
     let client = Client::try_default()
@@ -332,7 +485,8 @@ async fn run(args: Args) -> Result<()> {
         .context("building a Kubernetes client (in-cluster or KUBECONFIG)")?;
     tracing::info!(
         namespace = ns,
-        "controller starting (configuration state only; no Service allocation yet)"
+        lb_class = args.lb_class,
+        "controller starting"
     );
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -349,6 +503,7 @@ async fn run(args: Args) -> Result<()> {
     let metrics_server = metrics_server(&args, &client, registry).await?;
 
     let ready = Arc::new(AtomicBool::new(false));
+    let heartbeat = Arc::new(Heartbeat::new());
     let health_addr =
         std::net::SocketAddr::new(args.health_probe_bind_address, args.health_probe_port);
     let listener = tokio::net::TcpListener::bind(health_addr)
@@ -356,7 +511,11 @@ async fn run(args: Args) -> Result<()> {
         .with_context(|| format!("binding the probe port {health_addr}"))?;
     let health = tokio::spawn(controller::health::serve(
         listener,
-        ready.clone(),
+        Probes {
+            ready: ready.clone(),
+            heartbeat: heartbeat.clone(),
+            max_stall: args.liveness_max_stall,
+        },
         stopped(),
     ));
     let metrics_task = metrics_server.map(|server| tokio::spawn(server.run(stopped())));
@@ -421,51 +580,60 @@ async fn run(args: Args) -> Result<()> {
         changed.clone(),
     );
     // The Services, in every namespace: a key per change, a full pass per re-list.
-    let (service_tx, service_rx) = mpsc::unbounded_channel();
     let (services, services_writer) = reflector::store::<Service>();
-    let services_stream = reflector::reflector(
+    let service_changes = WatchedServices {
+        shared: Arc::new(ServiceQueue::default()),
+    };
+    let services_task = tokio::spawn(watch_services(
+        Api::<Service>::all(client.clone()),
         services_writer,
-        watcher(
-            Api::<Service>::all(client.clone()),
-            watcher::Config::default(),
-        )
-        .default_backoff(),
-    )
-    .map(move |event| match event {
-        Ok(watcher::Event::Apply(s) | watcher::Event::Delete(s)) => {
-            let _ = service_tx.send(ServiceEvent::Changed(controller::service::key_of(&s)));
-        }
-        Ok(watcher::Event::InitDone) => {
-            let _ = service_tx.send(ServiceEvent::Relisted);
-        }
-        Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
-        Err(e) => {
-            tracing::warn!(kind = "Service", error = %e, "watch failed; retrying with backoff")
-        }
-    });
+        service_changes.clone(),
+    ));
     let watches = tokio::spawn(async move {
         let all = futures_util::stream::select(
-            futures_util::stream::select(pools_stream, services_stream),
+            pools_stream,
             futures_util::stream::select(communities_stream, namespaces_stream),
         );
         all.for_each(|()| async {}).await;
     });
 
     // Only one controller allocates: the holder of the Lease.
-    let (leader_tx, leader_rx) = watch::channel(false);
-    let elector = LeaderElector::new(
-        client.clone(),
-        &ns,
-        LEASE_NAME,
-        leader::identity(&args.pod_name),
-        LeaseConfig::default(),
-    )?;
-    tracing::info!(
-        lease = LEASE_NAME,
-        identity = elector.identity(),
-        "competing for the lease"
-    );
-    let elector_task = tokio::spawn(elector.run(leader_tx, stopped()));
+    let (leader_tx, leader_rx) = watch::channel(Leadership::default());
+    let elector_task = if args.leader_elect {
+        let lease_ns = if args.leader_elect_resource_namespace.is_empty() {
+            ns.clone()
+        } else {
+            args.leader_elect_resource_namespace.clone()
+        };
+        let elector = LeaderElector::new(
+            client.clone(),
+            &lease_ns,
+            &args.leader_elect_resource_name,
+            leader::identity(&args.pod_name),
+            LeaseConfig {
+                lease_duration: args.leader_elect_lease_duration,
+                renew_deadline: args.leader_elect_renew_deadline,
+                retry_period: args.leader_elect_retry_period,
+            },
+        )
+        .context("--leader-elect-*")?;
+        tracing::info!(
+            lease = format!("{lease_ns}/{}", args.leader_elect_resource_name),
+            identity = elector.identity(),
+            "competing for the lease"
+        );
+        Some(tokio::spawn(elector.run(leader_tx, stopped())))
+    } else {
+        tracing::warn!(
+            "--leader-elect=false: allocating without a lease (run one controller only)"
+        );
+        // One endless term.
+        leader_tx.send_replace(Leadership {
+            term: 1,
+            until: Some(std::time::Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)),
+        });
+        None
+    };
 
     let owner = owner_reference(&client, &args, &ns).await;
     let instance = (!args.pod_name.is_empty()).then(|| args.pod_name.clone());
@@ -476,7 +644,7 @@ async fn run(args: Args) -> Result<()> {
             namespaces,
             services,
             config_changed: changed,
-            service_events: service_rx,
+            service_changes,
             leader: leader_rx,
         },
         Outputs {
@@ -484,11 +652,13 @@ async fn run(args: Args) -> Result<()> {
             owner,
             state_writer: writer.clone(),
             pool_writer: pool_writer.clone(),
-            edge: ServiceEdge::new(client.clone(), instance),
+            api: ServiceEdge::new(client.clone(), instance),
             ready: ready.clone(),
+            heartbeat,
             lb_class: args.lb_class.clone(),
             metrics,
         },
+        Timing::default(),
     );
     let reconcile = driver.run();
 
@@ -496,21 +666,29 @@ async fn run(args: Args) -> Result<()> {
         r = shutdown_signal() => r,
         r = reconcile => r.context("the controller loop ended"),
     };
+    // The loop (and any Service write in flight) is dropped here: nothing
+    // more is allocated or written for a term.
 
-    // Stop serving, then give pending status writes a moment.
+    // Bounded shutdown: each stage gets a share of --shutdown-timeout, the
+    // whole fits the Pod's grace period.
+    let deadline = tokio::time::Instant::now() + args.shutdown_timeout;
+    let left = || deadline.saturating_duration_since(tokio::time::Instant::now());
     let _ = stop_tx.send(true);
     watches.abort();
+    services_task.abort();
     state_watch.abort();
     pool_status_watch.abort();
     // The elector releases the Lease on stop, so a successor takes over at once.
-    if tokio::time::timeout(Duration::from_secs(12), elector_task)
-        .await
-        .is_err()
+    if let Some(task) = elector_task
+        && tokio::time::timeout(left() / 2, task).await.is_err()
     {
-        tracing::warn!("releasing the lease took too long");
+        tracing::warn!("releasing the lease took too long; it expires on its own");
     }
-    let _ = writer_task.await;
-    let _ = pool_writer_task.await;
+    for task in [writer_task, pool_writer_task] {
+        if tokio::time::timeout(left() / 4, task).await.is_err() {
+            tracing::warn!("a status writer did not stop in time");
+        }
+    }
     let flush = async {
         while writer.pending() > 0 || pool_writer.pending() > 0 {
             writer.step(&status_api).await;
@@ -518,15 +696,17 @@ async fn run(args: Args) -> Result<()> {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     };
-    if tokio::time::timeout(Duration::from_secs(2), flush)
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(left() / 2, flush).await.is_err() {
         tracing::warn!("exiting with status writes still pending");
     }
-    let _ = health.await;
-    if let Some(task) = metrics_task {
-        let _ = task.await;
+    let servers = async {
+        let _ = health.await;
+        if let Some(task) = metrics_task {
+            let _ = task.await;
+        }
+    };
+    if tokio::time::timeout(left(), servers).await.is_err() {
+        tracing::warn!("the probe or metrics server did not stop in time");
     }
     tracing::info!("controller stopped");
     outcome

@@ -699,17 +699,89 @@ fn conflicts_are_told_from_other_errors() {
 }
 
 #[test]
-fn identities_are_the_pod_or_host_name_and_a_random_suffix() {
-    let a = identity("controller-7d9f");
-    let b = identity("controller-7d9f");
+fn identities_are_the_pod_name_or_the_host_name_and_a_random_suffix() {
+    // The same Pod is the same holder (a restarted container re-acquires at once).
+    assert_eq!(identity("controller-7d9f"), "controller-7d9f");
+    let a = identity("");
+    let b = identity("");
     assert_ne!(a, b);
     let (name, suffix) = a.rsplit_once('_').unwrap();
-    assert_eq!(name, "controller-7d9f");
+    assert!(!name.is_empty());
     assert_eq!(suffix.len(), 16);
     assert!(suffix.chars().all(|c| c.is_ascii_hexdigit()));
-    let host = identity("");
-    let (name, _) = host.rsplit_once('_').unwrap();
-    assert!(!name.is_empty());
+}
+
+#[tokio::test]
+async fn a_restarted_pod_takes_its_lease_back_at_once() {
+    // The first process holds the Lease and dies without releasing it.
+    let server = Arc::new(Mutex::new(LeaseServer::new()));
+    let config = LeaseConfig {
+        lease_duration: Duration::from_secs(15),
+        renew_deadline: Duration::from_secs(10),
+        retry_period: Duration::from_millis(100),
+    };
+    let (mut rx, _stop, task) = spawn(
+        MemoryLeaseApi::new(server.clone()),
+        &identity("controller-7d9f"),
+        config,
+    );
+    wait_for(&mut rx, true).await;
+    task.abort();
+    let _ = task.await;
+    // The same Pod, restarted: leads well before the 15 s lease duration.
+    let started = Instant::now();
+    let (mut rx, stop, task) = spawn(
+        MemoryLeaseApi::new(server.clone()),
+        &identity("controller-7d9f"),
+        config,
+    );
+    wait_for(&mut rx, true).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(holder(&server).unwrap().lease_transitions, 0);
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn each_acquisition_is_a_new_term_and_renewals_extend_it() {
+    let server = Arc::new(Mutex::new(LeaseServer::new()));
+    let api = MemoryLeaseApi::new(server.clone());
+    let down = api.down.clone();
+    let (mut rx, stop, task) = spawn(api, "a", fast());
+    wait_for(&mut rx, true).await;
+    let first = *rx.borrow();
+    assert_eq!(first.term, 1);
+    let now = tokio::time::Instant::now().into_std();
+    assert!(first.leads(1, now) && !first.leads(2, now));
+    assert!(first.remaining(1, now).unwrap() <= fast().renew_deadline);
+    // A renewal moves the end of the same term.
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        rx.wait_for(|l| l.term == 1 && l.until > first.until),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    // Lost and acquired again: term 2; term 1's writes are fenced off.
+    down.store(true, std::sync::atomic::Ordering::SeqCst);
+    wait_for(&mut rx, false).await;
+    let lost = *rx.borrow();
+    assert_eq!((lost.term, lost.until), (1, None));
+    assert_eq!(
+        lost.remaining(1, tokio::time::Instant::now().into_std()),
+        None
+    );
+    down.store(false, std::sync::atomic::Ordering::SeqCst);
+    wait_for(&mut rx, true).await;
+    let second = *rx.borrow();
+    assert_eq!(second.term, 2);
+    assert!(!second.leads(1, tokio::time::Instant::now().into_std()));
+    stop.send(()).unwrap();
+    task.await.unwrap();
 }
 
 #[test]
@@ -1101,7 +1173,7 @@ fn fast() -> LeaseConfig {
 }
 
 type Spawned = (
-    watch::Receiver<bool>,
+    watch::Receiver<Leadership>,
     oneshot::Sender<()>,
     tokio::task::JoinHandle<()>,
 );
@@ -1109,7 +1181,7 @@ type Spawned = (
 fn spawn(api: MemoryLeaseApi, id: &str, config: LeaseConfig) -> Spawned {
     let elector = LeaderElector::with_api(api, "metallb-system/test", id, config).unwrap();
     assert_eq!(elector.identity(), id);
-    let (tx, rx) = watch::channel(false);
+    let (tx, rx) = watch::channel(Leadership::default());
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let task = tokio::spawn(elector.run(tx, async {
         let _ = stop_rx.await;
@@ -1117,11 +1189,14 @@ fn spawn(api: MemoryLeaseApi, id: &str, config: LeaseConfig) -> Spawned {
     (rx, stop_tx, task)
 }
 
-async fn wait_for(rx: &mut watch::Receiver<bool>, value: bool) {
-    tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|v| *v == value))
-        .await
-        .unwrap_or_else(|_| panic!("is_leader never became {value}"))
-        .unwrap();
+async fn wait_for(rx: &mut watch::Receiver<Leadership>, value: bool) {
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        rx.wait_for(|v| v.is_leader() == value),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("is_leader never became {value}"))
+    .unwrap();
 }
 
 fn holder(server: &Mutex<LeaseServer>) -> Option<LeaseRecord> {
@@ -1136,7 +1211,7 @@ async fn run_acquires_publishes_and_releases_on_stop() {
     assert_eq!(holder(&server).unwrap().holder_identity, "a");
     stop.send(()).unwrap();
     task.await.unwrap();
-    assert!(!*rx.borrow());
+    assert!(!rx.borrow().is_leader());
     let released = holder(&server).unwrap();
     assert_eq!(released.holder(), None);
     assert_eq!(released.lease_duration_seconds, 1);
@@ -1187,14 +1262,14 @@ async fn two_electors_one_leader_and_a_handover_on_release() {
     let (mut b_rx, b_stop, b_task) = spawn(MemoryLeaseApi::new(server.clone()), "b", config);
     // b stands by.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(*a_rx.borrow());
-    assert!(!*b_rx.borrow());
+    assert!(a_rx.borrow().is_leader());
+    assert!(!b_rx.borrow().is_leader());
     assert_eq!(holder(&server).unwrap().holder_identity, "a");
 
     let stopped = Instant::now();
     a_stop.send(()).unwrap();
     a_task.await.unwrap();
-    assert!(!*a_rx.borrow());
+    assert!(!a_rx.borrow().is_leader());
     wait_for(&mut b_rx, true).await;
     assert!(
         stopped.elapsed() < Duration::from_secs(3),
@@ -1213,7 +1288,7 @@ async fn run_stops_leading_before_it_releases() {
     /// Records whether the elector published `false` before the release.
     struct Watching {
         inner: MemoryLeaseApi,
-        is_leader: watch::Receiver<bool>,
+        is_leader: watch::Receiver<Leadership>,
         leading_at_writes: Arc<Mutex<Vec<(String, bool)>>>,
     }
     impl LeaseApi for Watching {
@@ -1228,7 +1303,7 @@ async fn run_stops_leading_before_it_releases() {
             record: &LeaseRecord,
             resource_version: &str,
         ) -> Result<Observed, ApiError> {
-            let leading = *self.is_leader.borrow();
+            let leading = self.is_leader.borrow().is_leader();
             self.leading_at_writes
                 .lock()
                 .unwrap()
@@ -1237,7 +1312,7 @@ async fn run_stops_leading_before_it_releases() {
         }
     }
     let server = Arc::new(Mutex::new(LeaseServer::new()));
-    let (tx, mut rx) = watch::channel(false);
+    let (tx, mut rx) = watch::channel(Leadership::default());
     let writes = Arc::new(Mutex::new(Vec::new()));
     let api = Watching {
         inner: MemoryLeaseApi::new(server.clone()),
