@@ -137,7 +137,24 @@ fn upstream_parity(crd: &mut CustomResourceDefinition) {
                 panic!("{kind} {v}: no field {path} to set the format of");
             };
             match format {
-                Some(f) => field.insert("format".into(), (*f).into()),
+                Some(f) => {
+                    // The API server refuses bounds outside the declared
+                    // format (a uint32 declared int32, as MetalLB's
+                    // localPref): drop them, as MetalLB declares none.
+                    if *f == "int32" {
+                        for bound in ["minimum", "maximum"] {
+                            if field
+                                .get(bound)
+                                .and_then(Value::as_f64)
+                                .is_some_and(|b| b < f64::from(i32::MIN) || b > f64::from(i32::MAX))
+                            {
+                                field.remove("minimum");
+                                field.remove("maximum");
+                            }
+                        }
+                    }
+                    field.insert("format".into(), (*f).into())
+                }
                 None => field.remove("format"),
             };
         }

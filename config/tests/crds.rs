@@ -1336,6 +1336,36 @@ fn label_selectors_are_atomic_as_metallb() {
 fn integer_formats_are_metallb_s() {
     let s = schema("BGPAdvertisement", "v1beta1");
     assert_eq!(node(&s, "spec.localPref")["format"], "int32");
+    // The API server refuses to validate an object against bounds outside
+    // the declared format ("Maximum boundary value must be of type integer
+    // with format int32"): no int32 field has one.
+    fn walk(n: &Value, path: &str, errs: &mut Vec<String>) {
+        match n {
+            Value::Object(m) => {
+                if m.get("format") == Some(&json!("int32")) {
+                    for b in ["minimum", "maximum"] {
+                        if let Some(v) = m.get(b).and_then(Value::as_f64)
+                            && !(f64::from(i32::MIN)..=f64::from(i32::MAX)).contains(&v)
+                        {
+                            errs.push(format!("{path}: {b} {v}"));
+                        }
+                    }
+                }
+                for (k, v) in m {
+                    if k != "default" && k != "enum" {
+                        walk(v, &format!("{path}.{k}"), errs);
+                    }
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|v| walk(v, path, errs)),
+            _ => {}
+        }
+    }
+    let mut errs = Vec::new();
+    for (av, kind, s) in every_schema() {
+        walk(&s, &format!("{av} {kind}"), &mut errs);
+    }
+    assert!(errs.is_empty(), "{errs:?}");
     for v in ["v1beta1", "v1beta2"] {
         assert!(
             node(&schema("BGPPeer", v), "spec.peerPort")
