@@ -157,6 +157,16 @@ impl ControllerSetup {
     /// Starts a controller process named `name` (its log is `<dir>/<name>.log`) with
     /// `extra` arguments, and waits until `/readyz` answers 200.
     pub async fn start(&self, name: &str, extra: &[&str]) -> Result<RunningController> {
+        self.start_as(name, extra, &self.kubeconfig).await
+    }
+
+    /// [`Self::start`] with another kubeconfig (e.g. [`Self::second_account`]'s).
+    pub async fn start_as(
+        &self,
+        name: &str,
+        extra: &[&str],
+        kubeconfig: &std::path::Path,
+    ) -> Result<RunningController> {
         let health = free_port()?;
         let health_s = health.to_string();
         let mut args = vec![
@@ -174,7 +184,7 @@ impl ControllerSetup {
             args.extend_from_slice(&["--port", "0"]);
         }
         args.extend_from_slice(extra);
-        let kubeconfig = self.kubeconfig.to_str().context("kubeconfig path")?;
+        let kubeconfig = kubeconfig.to_str().context("kubeconfig path")?;
         let mut process = Process::spawn(
             &self.bin,
             &args,
@@ -205,14 +215,85 @@ impl ControllerSetup {
         Ok(RunningController { process, health })
     }
 
-    /// Deletes the namespace and the ClusterRoleBinding.
-    pub async fn delete(self) -> Result<()> {
-        let _ = Api::<ClusterRoleBinding>::all(self.client.clone())
-            .delete(
-                &format!("{ROLE}:{}", self.ns.name),
-                &DeleteParams::default(),
+    /// A second ServiceAccount `name` with the same RBAC (so the audit log tells
+    /// two controllers apart): its kubeconfig and audit-log user.
+    pub async fn second_account(&self, lab: &Lab, name: &str) -> Result<(PathBuf, String)> {
+        let ns = self.ns.name.clone();
+        Api::<ServiceAccount>::namespaced(self.client.clone(), &ns)
+            .create(
+                &PostParams::default(),
+                &ServiceAccount {
+                    metadata: ObjectMeta {
+                        name: Some(name.into()),
+                        namespace: Some(ns.clone()),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
             )
-            .await;
+            .await?;
+        let subject = Subject {
+            kind: "ServiceAccount".into(),
+            name: name.into(),
+            namespace: Some(ns.clone()),
+            ..Default::default()
+        };
+        Api::<ClusterRoleBinding>::all(self.client.clone())
+            .create(
+                &PostParams::default(),
+                &ClusterRoleBinding {
+                    metadata: ObjectMeta {
+                        name: Some(format!("{ROLE}:{ns}:{name}")),
+                        ..Default::default()
+                    },
+                    role_ref: RoleRef {
+                        api_group: Some("rbac.authorization.k8s.io".into()),
+                        kind: "ClusterRole".into(),
+                        name: ROLE.into(),
+                    },
+                    subjects: Some(vec![subject.clone()]),
+                },
+            )
+            .await?;
+        Api::<RoleBinding>::namespaced(self.client.clone(), &ns)
+            .create(
+                &PostParams::default(),
+                &RoleBinding {
+                    metadata: ObjectMeta {
+                        name: Some(format!("{ROLE}:{name}")),
+                        namespace: Some(ns.clone()),
+                        ..Default::default()
+                    },
+                    role_ref: RoleRef {
+                        api_group: Some("rbac.authorization.k8s.io".into()),
+                        kind: "Role".into(),
+                        name: ROLE.into(),
+                    },
+                    subjects: Some(vec![subject]),
+                },
+            )
+            .await?;
+        let user = format!("system:serviceaccount:{ns}:{name}");
+        lab.wait_allowed(&user, "update", "services/status", None)
+            .await?;
+        lab.wait_allowed(&user, "create", "leases.coordination.k8s.io", Some(&ns))
+            .await?;
+        let kubeconfig = lab.service_account_kubeconfig(&self.dir, &ns, name).await?;
+        Ok((kubeconfig, user))
+    }
+
+    /// Deletes the namespace and the ClusterRoleBindings.
+    pub async fn delete(self) -> Result<()> {
+        let crbs = Api::<ClusterRoleBinding>::all(self.client.clone());
+        let prefix = format!("{ROLE}:{}", self.ns.name);
+        if let Ok(list) = crbs.list(&Default::default()).await {
+            for crb in list.items {
+                let name = crb.metadata.name.unwrap_or_default();
+                if name == prefix || name.starts_with(&format!("{prefix}:")) {
+                    let _ = crbs.delete(&name, &DeleteParams::default()).await;
+                }
+            }
+        }
         self.ns.delete().await
     }
 }

@@ -1,0 +1,271 @@
+//! The lab's API server frozen (SIGSTOP) for longer than the Lease's renew deadline while
+//! Services are being created, then continued, with two controllers (each its own
+//! ServiceAccount, so the audit log tells them apart): no address is ever given to two
+//! Services, no address once seen moves, and the Service writes of the audit log come from
+//! one identity per term (no more changes of writer than Lease transitions).
+//!
+//! A test binary of its own: cargo runs test binaries one after the other, so freezing the
+//! API server cannot disturb the other end-to-end tests. Needs a running lab.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use e2e::{Lab, wait_until};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+const SERVICES: usize = 40;
+/// Faster than the defaults so the freeze outlasts a term within a short test.
+const LEASE_FLAGS: [&str; 6] = [
+    "--leader-elect-lease-duration",
+    "4s",
+    "--leader-elect-renew-deadline",
+    "3s",
+    "--leader-elect-retry-period",
+    "500ms",
+];
+const FREEZE: Duration = Duration::from_secs(8);
+
+/// Continues the API server when dropped (also when the test fails mid-freeze).
+struct Frozen(u32);
+
+impl Frozen {
+    fn stop(pid: u32) -> Result<Frozen> {
+        signal("-STOP", pid)?;
+        Ok(Frozen(pid))
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        let _ = signal("-CONT", self.0);
+    }
+}
+
+fn signal(sig: &str, pid: u32) -> Result<()> {
+    let st = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()?;
+    ensure!(st.success(), "kill {sig} {pid} failed");
+    Ok(())
+}
+
+fn first_ingress(svc: &Service) -> Option<String> {
+    svc.status
+        .as_ref()?
+        .load_balancer
+        .as_ref()?
+        .ingress
+        .as_ref()?
+        .first()?
+        .ip
+        .clone()
+}
+
+/// `(stage time, user)` of every successful Service status write in `ns` logged after
+/// line `mark` of the audit log.
+fn status_writes(log: &std::path::Path, mark: u64, ns: &str) -> Result<Vec<(String, String)>> {
+    let text =
+        std::fs::read_to_string(log).with_context(|| format!("reading {}", log.display()))?;
+    let mut out = Vec::new();
+    for line in text.lines().skip(usize::try_from(mark)?) {
+        let Ok(e) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let o = &e["objectRef"];
+        let ok = e["responseStatus"]["code"]
+            .as_u64()
+            .is_some_and(|c| (200..300).contains(&c));
+        if e["stage"] == "ResponseComplete"
+            && e["verb"] == "patch"
+            && o["resource"] == "services"
+            && o["subresource"] == "status"
+            && o["namespace"] == ns
+            && ok
+        {
+            out.push((
+                e["stageTimestamp"].as_str().unwrap_or_default().to_owned(),
+                e["user"]["username"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            ));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+#[tokio::test]
+async fn a_frozen_api_server_never_gives_an_address_twice_nor_moves_one() -> Result<()> {
+    let lab = Lab::connect().await?;
+    let setup = lab.controller_setup("freeze").await?;
+    let ns = setup.namespace().to_owned();
+    let pools = lab.metallb(&lab.client, &ns, "IPAddressPool");
+    pools
+        .patch(
+            "a",
+            &PatchParams::apply("e2e").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "metallb.io/v1beta1", "kind": "IPAddressPool",
+                "metadata": {"name": "a", "namespace": ns},
+                "spec": {"addresses": ["198.51.100.64/26"]},
+            })),
+        )
+        .await?;
+    let (kubeconfig_b, user_b) = setup.second_account(&lab, "controller-b").await?;
+    let mut a = setup.start("freeze-a", &LEASE_FLAGS).await?;
+    let mut b = setup
+        .start_as("freeze-b", &LEASE_FLAGS, &kubeconfig_b)
+        .await?;
+    let audit_log = lab.env.state_dir.join("audit/audit.log");
+    let mark = lab.audit().mark().await?;
+    let pid: u32 = std::fs::read_to_string(lab.env.state_dir.join("run/kube-apiserver.pid"))?
+        .trim()
+        .parse()?;
+
+    let services: Api<Service> = Api::namespaced(lab.client.clone(), &ns);
+    // Every address each Service was ever seen with.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(
+        BTreeMap::<String, BTreeSet<String>>::new(),
+    ));
+    let observer = tokio::spawn({
+        let (services, seen) = (services.clone(), seen.clone());
+        async move {
+            loop {
+                if let Ok(Ok(list)) = tokio::time::timeout(
+                    Duration::from_secs(1),
+                    services.list(&ListParams::default()),
+                )
+                .await
+                {
+                    let mut seen = seen.lock().unwrap();
+                    for s in &list.items {
+                        if let Some(ip) = first_ingress(s) {
+                            seen.entry(s.metadata.name.clone().unwrap_or_default())
+                                .or_default()
+                                .insert(ip);
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    });
+    let body = async {
+        let creator = async {
+            for i in 0..SERVICES {
+                lab.create_lb_service(&ns, &setup.service(&format!("s{i:02}")))
+                    .await?;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            anyhow::Ok(())
+        };
+        let freezer = async {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let frozen = Frozen::stop(pid)?;
+            eprintln!("froze the API server (pid {pid}) for {FREEZE:?}");
+            tokio::time::sleep(FREEZE).await;
+            drop(frozen);
+            anyhow::Ok(())
+        };
+        let (c, f) = tokio::join!(creator, freezer);
+        c?;
+        f?;
+        wait_until(
+            &format!("all {SERVICES} Services allocated"),
+            Duration::from_secs(90),
+            || async {
+                let list = services
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let n = list
+                    .items
+                    .iter()
+                    .filter(|s| first_ingress(s).is_some())
+                    .count();
+                if n == SERVICES {
+                    Ok(())
+                } else {
+                    Err(format!("{n} allocated"))
+                }
+            },
+        )
+        .await?;
+        // Watch a little longer for anything moving.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        a.process.check_running()?;
+        b.process.check_running()?;
+        // The freeze outlasted the leader's renew deadline: its term ended.
+        let logs = format!("{}{}", a.process.log_text(), b.process.log_text());
+        ensure!(
+            logs.contains("lost the lease"),
+            "no controller lost its term during the freeze"
+        );
+        let seen = seen.lock().unwrap().clone();
+        let moved: Vec<_> = seen.iter().filter(|(_, ips)| ips.len() > 1).collect();
+        ensure!(moved.is_empty(), "addresses moved: {moved:?}");
+        let mut owners: BTreeMap<&String, Vec<&String>> = BTreeMap::new();
+        for (svc, ips) in &seen {
+            for ip in ips {
+                owners.entry(ip).or_default().push(svc);
+            }
+        }
+        let shared: Vec<_> = owners.iter().filter(|(_, s)| s.len() > 1).collect();
+        ensure!(shared.is_empty(), "addresses given twice: {shared:?}");
+        ensure!(
+            seen.len() == SERVICES,
+            "{} Services seen with an address",
+            seen.len()
+        );
+
+        // One writer per term.
+        let lease = Api::<Lease>::namespaced(lab.client.clone(), &ns)
+            .get("metallb-rs-controller")
+            .await?;
+        let transitions = lease.spec.and_then(|s| s.lease_transitions).unwrap_or(0);
+        let writes = wait_until(
+            "the audit log has every status write",
+            Duration::from_secs(10),
+            || async {
+                let w = status_writes(&audit_log, mark, &ns).map_err(|e| e.to_string())?;
+                if w.len() >= SERVICES {
+                    Ok(w)
+                } else {
+                    Err(format!("{} writes", w.len()))
+                }
+            },
+        )
+        .await?;
+        let writers: Vec<&String> = writes.iter().map(|(_, u)| u).collect();
+        let changes = writers.windows(2).filter(|w| w[0] != w[1]).count();
+        let users: BTreeSet<&String> = writers.iter().copied().collect();
+        eprintln!(
+            "{} status writes by {users:?}; {changes} changes of writer; {transitions} Lease transitions",
+            writes.len()
+        );
+        ensure!(
+            users.iter().all(|u| **u == setup.user || **u == user_b),
+            "writes by others: {users:?}"
+        );
+        ensure!(
+            i64::try_from(changes)? <= i64::from(transitions),
+            "{changes} changes of writer but only {transitions} Lease transitions: {writes:?}"
+        );
+        anyhow::Ok(())
+    };
+    let result = body.await;
+    observer.abort();
+    let log_a = a.process.log_text();
+    let log_b = b.process.log_text();
+    let _ = a.process.terminate(Duration::from_secs(25)).await;
+    let _ = b.process.terminate(Duration::from_secs(25)).await;
+    match result {
+        Ok(()) => setup.delete().await,
+        Err(e) => Err(e.context(format!("freeze-a log:\n{log_a}\nfreeze-b log:\n{log_b}"))),
+    }
+}
