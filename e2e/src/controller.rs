@@ -125,7 +125,7 @@ impl Lab {
             .await?;
         self.wait_allowed(&user, "create", "leases.coordination.k8s.io", Some(&ns))
             .await?;
-        self.wait_allowed(&user, "update", "services/status", None)
+        self.wait_allowed(&user, "patch", "services/status", None)
             .await?;
         let dir = Process::scratch_dir(test)?;
         let kubeconfig = self
@@ -274,7 +274,7 @@ impl ControllerSetup {
             )
             .await?;
         let user = format!("system:serviceaccount:{ns}:{name}");
-        lab.wait_allowed(&user, "update", "services/status", None)
+        lab.wait_allowed(&user, "patch", "services/status", None)
             .await?;
         lab.wait_allowed(&user, "create", "leases.coordination.k8s.io", Some(&ns))
             .await?;

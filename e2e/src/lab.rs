@@ -332,12 +332,12 @@ impl Lab {
         .await?;
         self.wait_allowed(
             &sa("controller"),
-            "update",
+            "patch",
             "ipaddresspools.metallb.io/status",
             ns,
         )
         .await?;
-        self.wait_allowed(&sa("controller"), "update", "services/status", None)
+        self.wait_allowed(&sa("controller"), "patch", "services/status", None)
             .await?;
         Ok(())
     }

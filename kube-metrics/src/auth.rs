@@ -296,6 +296,51 @@ impl Authorizer for KubeAuthorizer {
     }
 }
 
+/// Bounds the reviews in flight: at most `permits` decisions at once (a scrape storm,
+/// or many clients with fresh tokens, cannot make the process send unbounded
+/// TokenReviews); a request that waits longer than `wait` for its turn, or whose
+/// decision takes longer than `timeout`, is answered [`Decision::Error`] (500).
+pub struct Limited<A> {
+    inner: A,
+    permits: tokio::sync::Semaphore,
+    wait: Duration,
+    timeout: Duration,
+}
+
+impl<A> Limited<A> {
+    /// `inner` with at most `permits` decisions in flight.
+    pub fn new(inner: A, permits: usize, wait: Duration, timeout: Duration) -> Limited<A> {
+        Limited {
+            inner,
+            permits: tokio::sync::Semaphore::new(permits.max(1)),
+            wait,
+            timeout,
+        }
+    }
+}
+
+/// Reviews in flight at once by default.
+pub const MAX_REVIEWS: usize = 4;
+
+impl<A: Authorizer> Authorizer for Limited<A> {
+    async fn check(&self, token: &BearerToken, path: &str) -> Decision {
+        let Ok(Ok(_permit)) = tokio::time::timeout(self.wait, self.permits.acquire()).await else {
+            tracing::warn!(
+                in_flight = MAX_REVIEWS,
+                "metrics request: too many authorisation reviews in flight"
+            );
+            return Decision::Error;
+        };
+        match tokio::time::timeout(self.timeout, self.inner.check(token, path)).await {
+            Ok(d) => d,
+            Err(_) => {
+                tracing::warn!(timeout = ?self.timeout, "metrics request: authorisation review timed out");
+                Decision::Error
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::VecDeque;
@@ -519,5 +564,67 @@ mod tests {
         assert_eq!(fake.requests().len(), 5);
         let shown = format!("{auth:?}");
         assert!(!shown.contains("tok-err"), "{shown}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reviews_in_flight_are_bounded() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        struct Slow {
+            now: AtomicUsize,
+            max: AtomicUsize,
+        }
+        impl Authorizer for Slow {
+            async fn check(&self, _: &BearerToken, _: &str) -> Decision {
+                let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+                self.max.fetch_max(n, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                self.now.fetch_sub(1, Ordering::SeqCst);
+                Decision::Allow
+            }
+        }
+        let slow = Arc::new(Slow {
+            now: AtomicUsize::new(0),
+            max: AtomicUsize::new(0),
+        });
+        let limited = Arc::new(Limited::new(
+            slow.clone(),
+            4,
+            Duration::from_millis(2500),
+            Duration::from_secs(10),
+        ));
+        let checks: Vec<_> = (0..20)
+            .map(|i| {
+                let l = limited.clone();
+                tokio::spawn(async move {
+                    let token = BearerToken::new(format!("token-{i}"));
+                    l.check(&token, "/metrics").await
+                })
+            })
+            .collect();
+        let mut allowed = 0;
+        let mut errors = 0;
+        for c in checks {
+            match c.await.unwrap() {
+                Decision::Allow => allowed += 1,
+                Decision::Error => errors += 1,
+                d => panic!("{d:?}"),
+            }
+        }
+        assert_eq!(slow.max.load(Ordering::SeqCst), 4);
+        // 4 at a time, 1 s each, 2.5 s of patience: three rounds, then errors.
+        assert_eq!((allowed, errors), (12, 8));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_review_that_hangs_is_an_error() {
+        struct Hang;
+        impl Authorizer for Hang {
+            async fn check(&self, _: &BearerToken, _: &str) -> Decision {
+                std::future::pending().await
+            }
+        }
+        let limited = Limited::new(Hang, 1, Duration::from_secs(1), Duration::from_secs(5));
+        let d = limited.check(&BearerToken::new("t"), "/metrics").await;
+        assert_eq!(d, Decision::Error);
     }
 }

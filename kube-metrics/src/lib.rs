@@ -49,7 +49,7 @@ mod error;
 mod server;
 mod tls;
 
-pub use auth::{Authorizer, BearerToken, CacheConfig, Decision, KubeAuthorizer};
+pub use auth::{Authorizer, BearerToken, CacheConfig, Decision, KubeAuthorizer, Limited};
 pub use error::Error;
 pub use server::{Limits, METRICS_PATH, MetricsServer, Security, encode};
 pub use tls::{CERT_FILE, CertSource, KEY_FILE, ServerTls, TlsMinVersion, TlsOptions};

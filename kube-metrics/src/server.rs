@@ -41,11 +41,18 @@ enum Mode {
 }
 
 impl Security {
-    /// HTTPS, every request authenticated and authorised by `authorizer`.
+    /// HTTPS, every request authenticated and authorised by `authorizer`, with at most
+    /// [`crate::auth::MAX_REVIEWS`] decisions in flight (2 s to wait for a turn, 10 s
+    /// for a decision).
     pub fn https(tls: ServerTls, authorizer: impl Authorizer) -> Security {
         Security(Mode::Https {
             tls,
-            authorizer: Arc::new(authorizer),
+            authorizer: Arc::new(crate::auth::Limited::new(
+                authorizer,
+                crate::auth::MAX_REVIEWS,
+                std::time::Duration::from_secs(2),
+                std::time::Duration::from_secs(10),
+            )),
         })
     }
 

@@ -384,6 +384,11 @@ async fn deploy_objects_are_as_specified() -> Result<()> {
     );
     check(sc["privileged"] != true, "speaker not privileged".into());
     check(
+        pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+            || sc["seccompProfile"]["type"] == "RuntimeDefault",
+        "speaker seccompProfile RuntimeDefault".into(),
+    );
+    check(
         sc["readOnlyRootFilesystem"] == true,
         "speaker readOnlyRootFilesystem".into(),
     );

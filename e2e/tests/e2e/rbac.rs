@@ -568,7 +568,18 @@ async fn controller_token_may_allocate_but_not_announce_or_configure() -> Result
         json!({"loadBalancer": {"ingress": [{"ip": "198.51.100.10"}]}}),
     )?);
     c.allowed(
-        "update services/status (the LoadBalancer IP)",
+        "patch services/status (the LoadBalancer IP)",
+        svcs.patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"loadBalancer": {"ingress": [{"ip": "198.51.100.10"}]}}}),
+            ),
+        )
+        .await,
+    );
+    c.refused(
+        "update services/status (only patch: no code path replaces it)",
         svcs.replace_status("web", &PostParams::default(), &with_ip)
             .await,
     );
@@ -581,8 +592,8 @@ async fn controller_token_may_allocate_but_not_announce_or_configure() -> Result
         "write an IPAddressPool's status",
         pools.patch_status(&pool_name, &PatchParams::default(), &Patch::Merge(json!({"status": {"assignedIPv4": 1, "assignedIPv6": 0, "availableIPv4": 255, "availableIPv6": 0}}))).await,
     );
-    c.allowed(
-        "create an Event (core) about a Service",
+    c.refused(
+        "create an Event (core; the controller writes events.k8s.io only)",
         Api::<Event>::namespaced(controller.clone(), &other.name)
             .create(
                 &PostParams::default(),
