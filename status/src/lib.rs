@@ -36,15 +36,19 @@ mod object;
 pub mod testing;
 mod writer;
 
-pub use api::{ApiError, StatusApi};
+pub use api::{ApiError, Listed, StatusApi};
 pub use clock::{Clock, FakeClock, SystemClock};
 pub use engine::{Action, Engine, Outcome, Seen, SetResult, WriterConfig};
 pub use kube_api::{
     FIELD_MANAGER_CONTROLLER, FIELD_MANAGER_SPEAKER, KubeStatusApi, pod_owner_reference, watch_into,
 };
+pub use kube_edge::{Backoff, Class};
 pub use metrics::Metrics;
-pub use object::{Desired, ObjectKey, StatusObject};
-pub use writer::StatusWriter;
+pub use object::{
+    Desired, LabelScope, Labels, MAX_CONDITION_MESSAGE, ObjectKey, Observed, StatusObject,
+    TRUNCATION_MARKER, is_subset, selector_string, truncate,
+};
+pub use writer::{StatusWriter, WriteBudget};
 
 #[cfg(test)]
 mod tests;
