@@ -23,10 +23,10 @@ pub struct WriterConfig {
     pub backoff: Backoff,
     /// API requests in flight at once (for different objects). Default 8.
     pub concurrency: usize,
-    /// Longest time one action (one request; two for a create) may take
-    /// before it counts as failed ([`Class::Timeout`]) and is retried.
-    /// Default twice [`kube_edge::REQUEST_TIMEOUT`] (the edge bounds each
-    /// request by that).
+    /// Longest time one action (one request; up to three for a create) may
+    /// take before it counts as failed ([`Class::Timeout`]) and is retried.
+    /// Default three times [`kube_edge::REQUEST_TIMEOUT`] (the edge bounds
+    /// each request by that).
     pub request_timeout: Duration,
 }
 
@@ -36,7 +36,7 @@ impl Default for WriterConfig {
             min_write_interval: Duration::from_secs(1),
             backoff: Backoff::default(),
             concurrency: 8,
-            request_timeout: 2 * kube_edge::REQUEST_TIMEOUT,
+            request_timeout: 3 * kube_edge::REQUEST_TIMEOUT,
         }
     }
 }

@@ -96,6 +96,36 @@ impl<K: StatusObject> KubeStatusApi<K> {
         metadata
     }
 
+    /// Server-side apply of labels and owner on the object `key` whose uid
+    /// is `uid` (never on another object of the same name).
+    async fn apply_metadata_of(
+        &self,
+        key: &ObjectKey,
+        uid: Option<String>,
+        labels: &Labels,
+        owner: Option<&OwnerReference>,
+    ) -> Result<Observed<K::Status>, ApiError> {
+        let mut metadata = Self::metadata(labels, owner);
+        metadata["name"] = json!(key.name);
+        metadata["namespace"] = json!(key.namespace);
+        if let Some(uid) = uid {
+            metadata["uid"] = json!(uid);
+        }
+        let patch = json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "metadata": metadata,
+        });
+        let obj = kube_edge::call(
+            self.timeout,
+            || format!("applying {} metadata {key}", K::plural(&())),
+            self.api(&key.namespace)
+                .patch(&key.name, &self.params(), &Patch::Apply(patch)),
+        )
+        .await?;
+        Ok(Observed::from(&obj))
+    }
+
     async fn write_status(
         &self,
         key: &ObjectKey,
@@ -183,33 +213,36 @@ impl<K: StatusObject> StatusApi<K> for KubeStatusApi<K> {
         generate_name: &str,
         desired: &Desired<K::Status>,
     ) -> Result<(ObjectKey, Observed<K::Status>), ApiError> {
-        let mut metadata = Self::metadata(&desired.labels, desired.owner.as_ref());
-        metadata["generateName"] = json!(generate_name);
-        metadata["namespace"] = json!(namespace);
+        // The POST sets only what identifies the object (its labels): the
+        // owner is applied next, by server-side apply, so that a later apply
+        // of another owner replaces it (fields set by a POST belong to
+        // another field manager entry, which an apply does not remove).
+        let what = || format!("creating {} {namespace}/{generate_name}*", K::plural(&()));
         let object: K = serde_json::from_value(json!({
             "apiVersion": K::api_version(&()),
             "kind": K::kind(&()),
-            "metadata": metadata,
+            "metadata": {
+                "generateName": generate_name,
+                "namespace": namespace,
+                "labels": desired.labels,
+            },
         }))
-        .map_err(|e| {
-            ApiError::new(
-                format!("creating {} {namespace}/{generate_name}*", K::plural(&())),
-                Class::Permanent,
-                None,
-                e.to_string(),
-            )
-        })?;
+        .map_err(|e| ApiError::new(what(), Class::Permanent, None, e.to_string()))?;
         let params = PostParams {
             field_manager: Some(self.field_manager.clone()),
             ..PostParams::default()
         };
         let created = kube_edge::call(
             self.timeout,
-            || format!("creating {} {namespace}/{generate_name}*", K::plural(&())),
+            what,
             self.api(namespace).create(&params, &object),
         )
         .await?;
         let key = ObjectKey::of(&created);
+        if desired.owner.is_some() {
+            self.apply_metadata_of(&key, created.uid(), &desired.labels, desired.owner.as_ref())
+                .await?;
+        }
         let returned = self.write_status(&key, &desired.status).await?;
         Ok((key, returned))
     }
@@ -228,39 +261,19 @@ impl<K: StatusObject> StatusApi<K> for KubeStatusApi<K> {
         labels: &Labels,
         owner: Option<&OwnerReference>,
     ) -> Result<Option<Observed<K::Status>>, ApiError> {
-        let mut metadata = Self::metadata(labels, owner);
-        metadata["name"] = json!(key.name);
-        metadata["namespace"] = json!(key.namespace);
-        let patch = json!({
-            "apiVersion": K::api_version(&()),
-            "kind": K::kind(&()),
-            "metadata": metadata,
-        });
         // The object must exist: an apply would create a missing one.
-        let api = self.api(&key.namespace);
         let Some(current) = kube_edge::call(
             self.timeout,
             || format!("reading {} {key}", K::plural(&())),
-            api.get_opt(&key.name),
+            self.api(&key.namespace).get_opt(&key.name),
         )
         .await?
         else {
             return Ok(None);
         };
-        // Never applied to another object of the same name.
-        let mut patch = patch;
-        if let Some(uid) = current.uid() {
-            patch["metadata"]["uid"] = json!(uid);
-        }
-        let params = self.params();
         gone_is_none(
-            kube_edge::call(
-                self.timeout,
-                || format!("applying {} metadata {key}", K::plural(&())),
-                api.patch(&key.name, &params, &Patch::Apply(patch)),
-            )
-            .await
-            .map(|o| Observed::from(&o)),
+            self.apply_metadata_of(key, current.uid(), labels, owner)
+                .await,
         )
     }
 
