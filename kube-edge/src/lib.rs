@@ -7,12 +7,17 @@
 //!   (conflict, not found, throttled, transient, permanent, timeout), so
 //!   callers re-read on 409, retry 5xx quickly and 4xx slowly;
 //! - [`Backoff`] and [`Retries`]: per-object exponential backoff with jitter,
-//!   capped, with a slow fixed pace for permanent errors.
+//!   capped, with a slow fixed pace for permanent errors;
+//! - [`TokenBucket`]: a request budget (rate and burst) a process can share
+//!   between its loops, so a start with thousands of objects does not flood
+//!   the API server.
 
 mod backoff;
+mod budget;
 mod failure;
 
 pub use backoff::{Backoff, Retries};
+pub use budget::TokenBucket;
 pub use failure::{ApiFailure, Class};
 
 use std::future::Future;

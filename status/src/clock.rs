@@ -9,13 +9,14 @@ pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> Instant;
 }
 
-/// The system's monotonic clock.
+/// The system's monotonic clock, as tokio's timer sees it (the same as
+/// `Instant::now()`, except in tests that pause tokio's time).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Instant {
-        Instant::now()
+        tokio::time::Instant::now().into_std()
     }
 }
 

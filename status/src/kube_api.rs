@@ -2,17 +2,20 @@
 //! writer's view of the server current.
 
 use std::marker::PhantomData;
+use std::time::Duration;
 
 use futures_util::TryStreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
+use kube_edge::Class;
+
 use crate::api::{ApiError, StatusApi};
-use crate::object::{Desired, ObjectKey, StatusObject};
+use crate::object::{Desired, Labels, ObjectKey, Observed, StatusObject, selector_string};
 use crate::writer::StatusWriter;
 
 /// Field manager of the controller's writes.
@@ -21,10 +24,12 @@ pub const FIELD_MANAGER_CONTROLLER: &str = "metallb-rs-controller";
 pub const FIELD_MANAGER_SPEAKER: &str = "metallb-rs-speaker";
 
 /// The writer's API calls through a kube [`Client`], with server-side apply
-/// under one field manager (forcing ownership).
+/// under one field manager (forcing ownership), each request with a deadline
+/// ([`kube_edge::call`]).
 pub struct KubeStatusApi<K> {
     client: Client,
     field_manager: String,
+    timeout: Duration,
     _kind: PhantomData<fn() -> K>,
 }
 
@@ -32,6 +37,7 @@ impl<K> std::fmt::Debug for KubeStatusApi<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KubeStatusApi")
             .field("field_manager", &self.field_manager)
+            .field("timeout", &self.timeout)
             .finish()
     }
 }
@@ -41,31 +47,36 @@ impl<K> Clone for KubeStatusApi<K> {
         Self {
             client: self.client.clone(),
             field_manager: self.field_manager.clone(),
+            timeout: self.timeout,
             _kind: PhantomData,
         }
     }
 }
 
 impl<K: StatusObject> KubeStatusApi<K> {
-    /// Writes through `client` as `field_manager` (e.g. [`FIELD_MANAGER_CONTROLLER`]).
+    /// Writes through `client` as `field_manager` (e.g. [`FIELD_MANAGER_CONTROLLER`]),
+    /// each request bounded by [`kube_edge::REQUEST_TIMEOUT`].
     pub fn new(client: Client, field_manager: impl Into<String>) -> Self {
         Self {
             client,
             field_manager: field_manager.into(),
+            timeout: kube_edge::REQUEST_TIMEOUT,
             _kind: PhantomData,
         }
     }
 
-    fn api(&self, key: &ObjectKey) -> Api<K> {
-        Api::namespaced(self.client.clone(), &key.namespace)
+    /// Bounds each request by `timeout` instead.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    fn api(&self, namespace: &str) -> Api<K> {
+        Api::namespaced(self.client.clone(), namespace)
     }
 
     fn params(&self) -> PatchParams {
         PatchParams::apply(&self.field_manager).force()
-    }
-
-    fn status_of(obj: K) -> K::Status {
-        obj.status().cloned().unwrap_or_default()
     }
 
     fn status_patch(key: &ObjectKey, status: &K::Status) -> serde_json::Value {
@@ -76,78 +87,207 @@ impl<K: StatusObject> KubeStatusApi<K> {
             "status": status,
         })
     }
+
+    fn metadata(labels: &Labels, owner: Option<&OwnerReference>) -> serde_json::Value {
+        let mut metadata = json!({ "labels": labels });
+        if let Some(owner) = owner {
+            metadata["ownerReferences"] = json!([owner]);
+        }
+        metadata
+    }
+
+    /// Server-side apply of labels and owner on the object `key` whose uid
+    /// is `uid` (never on another object of the same name).
+    async fn apply_metadata_of(
+        &self,
+        key: &ObjectKey,
+        uid: Option<String>,
+        labels: &Labels,
+        owner: Option<&OwnerReference>,
+    ) -> Result<Observed<K::Status>, ApiError> {
+        let mut metadata = Self::metadata(labels, owner);
+        metadata["name"] = json!(key.name);
+        metadata["namespace"] = json!(key.namespace);
+        if let Some(uid) = uid {
+            metadata["uid"] = json!(uid);
+        }
+        let patch = json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "metadata": metadata,
+        });
+        let obj = kube_edge::call(
+            self.timeout,
+            || format!("applying {} metadata {key}", K::plural(&())),
+            self.api(&key.namespace)
+                .patch(&key.name, &self.params(), &Patch::Apply(patch)),
+        )
+        .await?;
+        Ok(Observed::from(&obj))
+    }
+
+    async fn write_status(
+        &self,
+        key: &ObjectKey,
+        status: &K::Status,
+    ) -> Result<Observed<K::Status>, ApiError> {
+        let obj = kube_edge::call(
+            self.timeout,
+            || format!("applying {}/status {key}", K::plural(&())),
+            self.api(&key.namespace).patch_status(
+                &key.name,
+                &self.params(),
+                &Patch::Apply(Self::status_patch(key, status)),
+            ),
+        )
+        .await?;
+        Ok(Observed::from(&obj))
+    }
 }
 
-fn is_not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
+fn gone_is_none<T>(r: Result<T, ApiError>) -> Result<Option<T>, ApiError> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.class == Class::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 impl<K: StatusObject> StatusApi<K> for KubeStatusApi<K> {
-    async fn get(&self, key: &ObjectKey) -> Result<Option<K::Status>, ApiError> {
-        Ok(self.api(key).get_opt(&key.name).await?.map(Self::status_of))
+    async fn get(&self, key: &ObjectKey) -> Result<Option<Observed<K::Status>>, ApiError> {
+        let obj = kube_edge::call(
+            self.timeout,
+            || format!("reading {} {key}", K::plural(&())),
+            self.api(&key.namespace).get_opt(&key.name),
+        )
+        .await?;
+        Ok(obj.as_ref().map(Observed::from))
+    }
+
+    async fn list(
+        &self,
+        namespace: &str,
+        selector: &Labels,
+    ) -> Result<Vec<(ObjectKey, Observed<K::Status>)>, ApiError> {
+        let selector = selector_string(selector);
+        let list = kube_edge::call(
+            self.timeout,
+            || format!("listing {} in {namespace} ({selector})", K::plural(&())),
+            self.api(namespace)
+                .list(&ListParams::default().labels(&selector)),
+        )
+        .await?;
+        Ok(list
+            .items
+            .iter()
+            .map(|o| (ObjectKey::of(o), Observed::from(o)))
+            .collect())
     }
 
     async fn create(
         &self,
         key: &ObjectKey,
         desired: &Desired<K::Status>,
-    ) -> Result<K::Status, ApiError> {
-        let api = self.api(key);
-        let mut metadata = json!({
-            "name": key.name,
-            "namespace": key.namespace,
-            "labels": desired.labels,
-        });
-        if let Some(owner) = &desired.owner {
-            metadata["ownerReferences"] = json!([owner]);
-        }
+    ) -> Result<Observed<K::Status>, ApiError> {
+        let mut metadata = Self::metadata(&desired.labels, desired.owner.as_ref());
+        metadata["name"] = json!(key.name);
+        metadata["namespace"] = json!(key.namespace);
         let object = json!({
             "apiVersion": K::api_version(&()),
             "kind": K::kind(&()),
             "metadata": metadata,
         });
-        api.patch(&key.name, &self.params(), &Patch::Apply(object))
-            .await?;
-        let obj = api
-            .patch_status(
-                &key.name,
-                &self.params(),
-                &Patch::Apply(Self::status_patch(key, &desired.status)),
-            )
-            .await?;
-        Ok(Self::status_of(obj))
+        kube_edge::call(
+            self.timeout,
+            || format!("creating {} {key}", K::plural(&())),
+            self.api(&key.namespace)
+                .patch(&key.name, &self.params(), &Patch::Apply(object)),
+        )
+        .await?;
+        self.write_status(key, &desired.status).await
+    }
+
+    async fn create_generated(
+        &self,
+        namespace: &str,
+        generate_name: &str,
+        desired: &Desired<K::Status>,
+    ) -> Result<(ObjectKey, Observed<K::Status>), ApiError> {
+        // The POST sets only what identifies the object (its labels): the
+        // owner is applied next, by server-side apply, so that a later apply
+        // of another owner replaces it (fields set by a POST belong to
+        // another field manager entry, which an apply does not remove).
+        let what = || format!("creating {} {namespace}/{generate_name}*", K::plural(&()));
+        let object: K = serde_json::from_value(json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "metadata": {
+                "generateName": generate_name,
+                "namespace": namespace,
+                "labels": desired.labels,
+            },
+        }))
+        .map_err(|e| ApiError::new(what(), Class::Permanent, None, e.to_string()))?;
+        let params = PostParams {
+            field_manager: Some(self.field_manager.clone()),
+            ..PostParams::default()
+        };
+        let created = kube_edge::call(
+            self.timeout,
+            what,
+            self.api(namespace).create(&params, &object),
+        )
+        .await?;
+        let key = ObjectKey::of(&created);
+        if desired.owner.is_some() {
+            self.apply_metadata_of(&key, created.uid(), &desired.labels, desired.owner.as_ref())
+                .await?;
+        }
+        let returned = self.write_status(&key, &desired.status).await?;
+        Ok((key, returned))
     }
 
     async fn apply_status(
         &self,
         key: &ObjectKey,
         status: &K::Status,
-    ) -> Result<Option<K::Status>, ApiError> {
-        match self
-            .api(key)
-            .patch_status(
-                &key.name,
-                &self.params(),
-                &Patch::Apply(Self::status_patch(key, status)),
-            )
-            .await
-        {
-            Ok(obj) => Ok(Some(Self::status_of(obj))),
-            Err(e) if is_not_found(&e) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+    ) -> Result<Option<Observed<K::Status>>, ApiError> {
+        gone_is_none(self.write_status(key, status).await)
+    }
+
+    async fn apply_metadata(
+        &self,
+        key: &ObjectKey,
+        labels: &Labels,
+        owner: Option<&OwnerReference>,
+    ) -> Result<Option<Observed<K::Status>>, ApiError> {
+        // The object must exist: an apply would create a missing one.
+        let Some(current) = kube_edge::call(
+            self.timeout,
+            || format!("reading {} {key}", K::plural(&())),
+            self.api(&key.namespace).get_opt(&key.name),
+        )
+        .await?
+        else {
+            return Ok(None);
+        };
+        gone_is_none(
+            self.apply_metadata_of(key, current.uid(), labels, owner)
+                .await,
+        )
     }
 
     async fn delete(&self, key: &ObjectKey) -> Result<(), ApiError> {
-        match self
-            .api(key)
-            .delete(&key.name, &DeleteParams::default())
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
-            Err(e) => Err(e.into()),
-        }
+        gone_is_none(
+            kube_edge::call(
+                self.timeout,
+                || format!("deleting {} {key}", K::plural(&())),
+                self.api(&key.namespace)
+                    .delete(&key.name, &DeleteParams::default()),
+            )
+            .await,
+        )
+        .map(|_| ())
     }
 }
 
@@ -165,20 +305,20 @@ pub async fn watch_into<K: StatusObject>(
 
     let stream = watcher(api, config).default_backoff();
     futures_util::pin_mut!(stream);
-    let mut listing: Vec<(ObjectKey, K::Status)> = Vec::new();
+    let mut listing: Vec<(ObjectKey, Observed<K::Status>)> = Vec::new();
     loop {
         match stream.try_next().await {
-            Ok(Some(Event::Apply(obj))) => writer.observe(
-                ObjectKey::of(&obj),
-                Some(obj.status().cloned().unwrap_or_default()),
-            ),
-            Ok(Some(Event::Delete(obj))) => writer.observe(ObjectKey::of(&obj), None),
+            Ok(Some(Event::Apply(obj))) => {
+                writer.observe_object(ObjectKey::of(&obj), Some(Observed::from(&obj)));
+            }
+            Ok(Some(Event::Delete(obj))) => writer.observe_object(ObjectKey::of(&obj), None),
             Ok(Some(Event::Init)) => listing.clear(),
             Ok(Some(Event::InitApply(obj))) => {
-                let key = ObjectKey::of(&obj);
-                listing.push((key, obj.status().cloned().unwrap_or_default()));
+                listing.push((ObjectKey::of(&obj), Observed::from(&obj)));
             }
-            Ok(Some(Event::InitDone)) => writer.observe_all(std::mem::take(&mut listing)),
+            Ok(Some(Event::InitDone)) => {
+                writer.observe_all_objects(std::mem::take(&mut listing));
+            }
             Ok(None) => return,
             Err(e) => tracing::warn!(kind = K::KIND, error = %e, "status watch failed; retrying"),
         }
@@ -193,7 +333,13 @@ pub async fn pod_owner_reference(
     name: &str,
 ) -> Result<Option<OwnerReference>, ApiError> {
     let pods: Api<Pod> = Api::namespaced(client, namespace);
-    Ok(pods.get_opt(name).await?.and_then(|pod| {
+    let pod = kube_edge::call(
+        kube_edge::REQUEST_TIMEOUT,
+        || format!("reading pods {namespace}/{name}"),
+        pods.get_opt(name),
+    )
+    .await?;
+    Ok(pod.and_then(|pod| {
         let uid = pod.uid()?;
         Some(OwnerReference {
             api_version: Pod::api_version(&()).into_owned(),

@@ -1,13 +1,15 @@
-//! The writer's Prometheus counters.
+//! The writer's Prometheus counters and gauges.
 //!
 //! | name | labels | counts |
 //! |---|---|---|
-//! | `metallb_rs_status_writes_total` | `kind`, `op` (`create`, `apply`, `delete`), `result` (`ok`, `not_found`, `error`) | API write requests |
-//! | `metallb_rs_status_reads_total` | `kind`, `result` (`ok`, `error`) | API reads (of objects not seen yet) |
+//! | `metallb_rs_status_writes_total` | `kind`, `op` (`create`, `apply`, `metadata`, `delete`), `result` (`ok`, `not_found`, `error`) | API write requests |
+//! | `metallb_rs_status_reads_total` | `kind`, `result` (`ok`, `error`) | API reads and lists (of objects not seen yet) |
 //! | `metallb_rs_status_skips_total` | `kind` | desired statuses handed in that needed no write (the server was known to have them already) |
 //! | `metallb_rs_status_coalesced_total` | `kind` | desired statuses that replaced one not written yet |
+//! | `metallb_rs_status_pending` (gauge) | `kind` | objects not yet as wanted on the server |
+//! | `metallb_rs_status_failed` (gauge) | `kind` | objects whose last request failed (retried with backoff) |
 
-use prometheus::{IntCounterVec, Opts, Registry};
+use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 
 /// The counters, registered once per Registry and shared by every writer.
 #[derive(Clone, Debug)]
@@ -16,6 +18,8 @@ pub struct Metrics {
     pub(crate) reads: IntCounterVec,
     pub(crate) skips: IntCounterVec,
     pub(crate) coalesced: IntCounterVec,
+    pub(crate) pending: IntGaugeVec,
+    pub(crate) failed: IntGaugeVec,
 }
 
 impl Metrics {
@@ -49,15 +53,33 @@ impl Metrics {
             ),
             &["kind"],
         )?;
+        let pending = IntGaugeVec::new(
+            Opts::new(
+                "metallb_rs_status_pending",
+                "Status objects not yet as wanted on the server, by kind.",
+            ),
+            &["kind"],
+        )?;
+        let failed = IntGaugeVec::new(
+            Opts::new(
+                "metallb_rs_status_failed",
+                "Status objects whose last request failed (retried with backoff), by kind.",
+            ),
+            &["kind"],
+        )?;
         registry.register(Box::new(writes.clone()))?;
         registry.register(Box::new(reads.clone()))?;
         registry.register(Box::new(skips.clone()))?;
         registry.register(Box::new(coalesced.clone()))?;
+        registry.register(Box::new(pending.clone()))?;
+        registry.register(Box::new(failed.clone()))?;
         Ok(Self {
             writes,
             reads,
             skips,
             coalesced,
+            pending,
+            failed,
         })
     }
 

@@ -7,6 +7,7 @@ use config::api::v1beta1::{
     BGPSessionStatus, ConfigurationState, ConfigurationStateStatus, IPAddressPool,
     ServiceBGPStatus, ServiceL2Status,
 };
+use config::api::{LABEL_NODE, LABEL_PEER};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::core::NamespaceResourceScope;
 use kube::core::object::HasStatus;
@@ -47,6 +48,19 @@ pub trait StatusObject:
     /// written, and only while the pool exists).
     const OWNS_OBJECTS: bool = true;
 
+    /// `generateName` of a new object of this kind identified by the labels
+    /// `identity` (label-keyed writers, see [`crate::LabelScope`]). The API
+    /// server appends 5 random characters (and cuts a prefix longer than 58
+    /// characters).
+    fn generate_name(_identity: &Labels) -> String {
+        format!("{}-", Self::KIND.to_ascii_lowercase())
+    }
+
+    /// Cuts fields of `status` to the lengths the CRD allows, so the API
+    /// server does not reject the write forever. Called on every desired
+    /// status handed in.
+    fn limit(_status: &mut Self::Status) {}
+
     /// Adjusts `desired` to what is on the server where a difference is not
     /// worth a write (e.g. keeps a condition's `lastTransitionTime` while its
     /// status is unchanged). Pure; called before every comparison.
@@ -56,6 +70,16 @@ pub trait StatusObject:
 impl StatusObject for ConfigurationState {
     const KIND: &'static str = "ConfigurationState";
 
+    fn limit(status: &mut ConfigurationStateStatus) {
+        for c in &mut status.conditions {
+            truncate(&mut c.message, MAX_CONDITION_MESSAGE);
+        }
+        // No maxLength in the CRD, but the object must stay well below the
+        // API server's request size limit: same bound as the condition.
+        truncate(&mut status.last_error, MAX_CONDITION_MESSAGE);
+        truncate(&mut status.error_summary, MAX_CONDITION_MESSAGE);
+    }
+
     fn carry_over(desired: &mut ConfigurationStateStatus, observed: &ConfigurationStateStatus) {
         crate::configuration_state::carry_over_transition_times(desired, observed);
     }
@@ -63,19 +87,161 @@ impl StatusObject for ConfigurationState {
 
 impl StatusObject for ServiceL2Status {
     const KIND: &'static str = "ServiceL2Status";
+
+    /// MetalLB's `l2-`.
+    fn generate_name(_identity: &Labels) -> String {
+        "l2-".to_owned()
+    }
 }
 
 impl StatusObject for ServiceBGPStatus {
     const KIND: &'static str = "ServiceBGPStatus";
+
+    /// MetalLB's `bgp-`.
+    fn generate_name(_identity: &Labels) -> String {
+        "bgp-".to_owned()
+    }
 }
 
 impl StatusObject for BGPSessionStatus {
     const KIND: &'static str = "BGPSessionStatus";
+
+    /// `<node>-<peer>-` (from the labels `metallb.io/node` and
+    /// `metallb.io/peer`; the server cuts it to 58 characters and appends 5
+    /// random ones): readable, and never the name of another pair's object.
+    /// The identity is the labels: a writer adopts the existing object of a
+    /// (node, peer) whatever its name, so a name never changes while the
+    /// object lives, whatever other pairs appear.
+    fn generate_name(identity: &Labels) -> String {
+        let part = |k: &str| {
+            identity
+                .get(k)
+                .map(|v| {
+                    v.chars()
+                        .map(|c| {
+                            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                                c.to_ascii_lowercase()
+                            } else {
+                                '-'
+                            }
+                        })
+                        .collect::<String>()
+                })
+                .unwrap_or_default()
+        };
+        let base = format!("{}-{}", part(LABEL_NODE), part(LABEL_PEER));
+        let base = base.trim_matches(['-', '.']);
+        if base.is_empty() {
+            "bgpsession-".to_owned()
+        } else {
+            format!("{base}-")
+        }
+    }
 }
 
 impl StatusObject for IPAddressPool {
     const KIND: &'static str = "IPAddressPool";
     const OWNS_OBJECTS: bool = false;
+}
+
+/// Labels of an object.
+pub type Labels = BTreeMap<String, String>;
+
+/// `maxLength` of `metav1.Condition.message` in the CRDs.
+pub const MAX_CONDITION_MESSAGE: usize = 32768;
+
+/// What ends a truncated text.
+pub const TRUNCATION_MARKER: &str = "… (truncated)";
+
+/// Cuts `text` to at most `max_chars` characters (the unit of a CRD's
+/// `maxLength`), on a character boundary, ending with [`TRUNCATION_MARKER`].
+/// Returns whether it was cut.
+pub fn truncate(text: &mut String, max_chars: usize) -> bool {
+    if text.chars().count() <= max_chars {
+        return false;
+    }
+    let marker = TRUNCATION_MARKER.chars().count();
+    let keep = max_chars.saturating_sub(marker);
+    let cut = text.char_indices().nth(keep).map_or(text.len(), |(i, _)| i);
+    text.truncate(cut);
+    if marker <= max_chars {
+        text.push_str(TRUNCATION_MARKER);
+    }
+    true
+}
+
+/// An object as read from the server: its status and the metadata the
+/// writer manages.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observed<S> {
+    /// The status (the default when it has none).
+    pub status: S,
+    /// `metadata.labels`.
+    pub labels: Labels,
+    /// `metadata.ownerReferences`.
+    pub owners: Vec<OwnerReference>,
+}
+
+impl<S> Observed<S> {
+    /// A status without labels or owners.
+    pub fn status(status: S) -> Self {
+        Self {
+            status,
+            labels: Labels::new(),
+            owners: Vec::new(),
+        }
+    }
+}
+
+impl<K: StatusObject> From<&K> for Observed<K::Status> {
+    fn from(obj: &K) -> Self {
+        Self {
+            status: obj.status().cloned().unwrap_or_default(),
+            labels: obj.labels().clone(),
+            owners: obj.owner_references().to_vec(),
+        }
+    }
+}
+
+/// The objects a label-keyed writer manages (`ServiceL2Status`,
+/// `ServiceBGPStatus`, `BGPSessionStatus` of one node): those in `namespace`
+/// whose labels include `selector` (e.g. `metallb.io/node=<node>`). Each is
+/// identified by a set of labels, not by its name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LabelScope {
+    /// Namespace of the objects.
+    pub namespace: String,
+    /// Labels every object of the scope has (merged into every identity).
+    pub selector: Labels,
+}
+
+impl LabelScope {
+    /// The objects of `namespace` labelled `metallb.io/node=<node>`.
+    pub fn node(namespace: impl Into<String>, node: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            selector: Labels::from([(LABEL_NODE.to_owned(), node.into())]),
+        }
+    }
+
+    /// Whether `labels` are in the scope.
+    pub fn contains(&self, labels: &Labels) -> bool {
+        is_subset(&self.selector, labels)
+    }
+}
+
+/// A label selector (`k=v,k2=v2`) of `labels`.
+pub fn selector_string(labels: &Labels) -> String {
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Whether every label of `part` is in `whole` with the same value.
+pub fn is_subset(part: &Labels, whole: &Labels) -> bool {
+    part.iter().all(|(k, v)| whole.get(k) == Some(v))
 }
 
 /// Namespace and name of one object (the kind is the writer's).
@@ -108,16 +274,18 @@ impl fmt::Display for ObjectKey {
     }
 }
 
-/// What a caller wants an object to be: its status, plus the labels and
-/// owner reference it is created with (they are written only when the
-/// writer creates the object).
+/// What a caller wants an object to be: its status, plus labels and an owner
+/// reference. The labels and the owner are set at creation, and reconciled
+/// on an existing object (server-side apply of its metadata) when the server
+/// lacks one of the labels or the owner (kinds the writer owns only).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Desired<S> {
     /// The status.
     pub status: S,
-    /// Labels set when the object is created.
+    /// Labels the object must have (others' labels are left alone).
     pub labels: BTreeMap<String, String>,
-    /// Owner reference set when the object is created (e.g. the writing Pod).
+    /// Owner reference the object must have (e.g. the writing Pod); `None`
+    /// leaves the owners alone.
     pub owner: Option<OwnerReference>,
 }
 

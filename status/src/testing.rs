@@ -1,22 +1,33 @@
 //! An in-memory [`StatusApi`] for tests of the writer and of its callers.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube_edge::Class;
 
 use crate::api::{ApiError, StatusApi};
-use crate::object::{Desired, ObjectKey, StatusObject};
+use crate::object::{Desired, Labels, ObjectKey, Observed, StatusObject, is_subset};
 
 /// One stored object.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FakeObject<S> {
-    /// Labels it was created with.
-    pub labels: BTreeMap<String, String>,
-    /// Owner it was created with.
+    /// Its labels.
+    pub labels: Labels,
+    /// Its first owner (the one the writer sets).
     pub owner: Option<OwnerReference>,
     /// Its status.
     pub status: S,
+}
+
+impl<S: Clone> FakeObject<S> {
+    fn observed(&self) -> Observed<S> {
+        Observed {
+            status: self.status.clone(),
+            labels: self.labels.clone(),
+            owners: self.owner.iter().cloned().collect(),
+        }
+    }
 }
 
 /// A request the fake received.
@@ -24,12 +35,30 @@ pub struct FakeObject<S> {
 pub enum Call {
     /// `get`.
     Get(ObjectKey),
-    /// `create`.
+    /// `list` of a namespace with a selector.
+    List(String, Labels),
+    /// `create` (by name, or `create_generated`: the name the fake gave).
     Create(ObjectKey),
     /// `apply_status`.
     Apply(ObjectKey),
+    /// `apply_metadata`.
+    ApplyMetadata(ObjectKey),
     /// `delete`.
     Delete(ObjectKey),
+}
+
+impl Call {
+    /// The object concerned (`None` for a list).
+    pub fn key(&self) -> Option<&ObjectKey> {
+        match self {
+            Call::Get(k)
+            | Call::Create(k)
+            | Call::Apply(k)
+            | Call::ApplyMetadata(k)
+            | Call::Delete(k) => Some(k),
+            Call::List(..) => None,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -37,10 +66,13 @@ struct State<S> {
     objects: BTreeMap<ObjectKey, FakeObject<S>>,
     calls: Vec<Call>,
     failures: VecDeque<ApiError>,
+    hang: BTreeSet<ObjectKey>,
+    hang_all: bool,
+    generated: u64,
 }
 
-/// Objects in memory; requests are recorded, and queued errors are returned
-/// instead of acting.
+/// Objects in memory; requests are recorded, queued errors are returned
+/// instead of acting, and requests for objects told to hang never answer.
 #[derive(Debug)]
 pub struct FakeApi<S> {
     state: Mutex<State<S>>,
@@ -60,6 +92,9 @@ impl<S: Clone> FakeApi<S> {
                 objects: BTreeMap::new(),
                 calls: Vec::new(),
                 failures: VecDeque::new(),
+                hang: BTreeSet::new(),
+                hang_all: false,
+                generated: 0,
             }),
         }
     }
@@ -68,15 +103,37 @@ impl<S: Clone> FakeApi<S> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The next `n` requests fail with `message`.
+    /// The next `n` requests fail with `message` (a 500).
     pub fn fail_next(&self, n: usize, message: &str) {
+        self.fail_next_with(n, 500, message);
+    }
+
+    /// The next `n` requests fail with the HTTP status `code`.
+    pub fn fail_next_with(&self, n: usize, code: u16, message: &str) {
         let mut st = self.state();
         for _ in 0..n {
-            st.failures.push_back(ApiError {
-                code: Some(500),
-                message: message.to_owned(),
-            });
+            st.failures.push_back(ApiError::new(
+                "fake request",
+                Class::of_code(code),
+                Some(code),
+                message,
+            ));
         }
+    }
+
+    /// Requests for `key` do not answer until [`FakeApi::unhang`].
+    pub fn hang(&self, key: ObjectKey) {
+        self.state().hang.insert(key);
+    }
+
+    /// Every request from now on never answers.
+    pub fn hang_all(&self) {
+        self.state().hang_all = true;
+    }
+
+    /// Requests for `key` answer again (those waiting go on).
+    pub fn unhang(&self, key: &ObjectKey) {
+        self.state().hang.remove(key);
     }
 
     /// The object `key`, if it exists.
@@ -84,16 +141,26 @@ impl<S: Clone> FakeApi<S> {
         self.state().objects.get(key).cloned()
     }
 
+    /// Every object, by key.
+    pub fn objects(&self) -> BTreeMap<ObjectKey, FakeObject<S>> {
+        self.state().objects.clone()
+    }
+
     /// Puts an object on the server (as another client would).
     pub fn insert(&self, key: ObjectKey, status: S) {
-        self.state().objects.insert(
+        self.insert_object(
             key,
             FakeObject {
-                labels: BTreeMap::new(),
+                labels: Labels::new(),
                 owner: None,
                 status,
             },
         );
+    }
+
+    /// Puts an object with labels and an owner on the server.
+    pub fn insert_object(&self, key: ObjectKey, object: FakeObject<S>) {
+        self.state().objects.insert(key, object);
     }
 
     /// Deletes an object (as another client would).
@@ -106,17 +173,28 @@ impl<S: Clone> FakeApi<S> {
         self.state().calls.clone()
     }
 
-    /// Write requests (create, apply, delete) so far.
+    /// Write requests (create, apply, metadata, delete) so far.
     pub fn writes(&self) -> usize {
         self.calls()
             .iter()
-            .filter(|c| !matches!(c, Call::Get(_)))
+            .filter(|c| !matches!(c, Call::Get(_) | Call::List(..)))
             .count()
     }
 
-    fn begin(&self, call: Call) -> Result<MutexGuard<'_, State<S>>, ApiError> {
+    async fn begin(&self, call: Call) -> Result<MutexGuard<'_, State<S>>, ApiError> {
+        self.state().calls.push(call.clone());
+        // Until unhung (checked every 10 ms of tokio's time).
+        loop {
+            let hangs = {
+                let st = self.state();
+                st.hang_all || call.key().is_some_and(|k| st.hang.contains(k))
+            };
+            if !hangs {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
         let mut st = self.state();
-        st.calls.push(call);
         match st.failures.pop_front() {
             Some(e) => Err(e),
             None => Ok(st),
@@ -125,42 +203,89 @@ impl<S: Clone> FakeApi<S> {
 }
 
 impl<K: StatusObject> StatusApi<K> for FakeApi<K::Status> {
-    async fn get(&self, key: &ObjectKey) -> Result<Option<K::Status>, ApiError> {
-        let st = self.begin(Call::Get(key.clone()))?;
-        Ok(st.objects.get(key).map(|o| o.status.clone()))
+    async fn get(&self, key: &ObjectKey) -> Result<Option<Observed<K::Status>>, ApiError> {
+        let st = self.begin(Call::Get(key.clone())).await?;
+        Ok(st.objects.get(key).map(FakeObject::observed))
+    }
+
+    async fn list(
+        &self,
+        namespace: &str,
+        selector: &Labels,
+    ) -> Result<Vec<(ObjectKey, Observed<K::Status>)>, ApiError> {
+        let st = self
+            .begin(Call::List(namespace.to_owned(), selector.clone()))
+            .await?;
+        Ok(st
+            .objects
+            .iter()
+            .filter(|(k, o)| k.namespace == namespace && is_subset(selector, &o.labels))
+            .map(|(k, o)| (k.clone(), o.observed()))
+            .collect())
     }
 
     async fn create(
         &self,
         key: &ObjectKey,
         desired: &Desired<K::Status>,
-    ) -> Result<K::Status, ApiError> {
-        let mut st = self.begin(Call::Create(key.clone()))?;
-        st.objects.insert(
-            key.clone(),
-            FakeObject {
-                labels: desired.labels.clone(),
-                owner: desired.owner.clone(),
-                status: desired.status.clone(),
-            },
-        );
-        Ok(desired.status.clone())
+    ) -> Result<Observed<K::Status>, ApiError> {
+        let mut st = self.begin(Call::Create(key.clone())).await?;
+        let object = FakeObject {
+            labels: desired.labels.clone(),
+            owner: desired.owner.clone(),
+            status: desired.status.clone(),
+        };
+        let observed = object.observed();
+        st.objects.insert(key.clone(), object);
+        Ok(observed)
+    }
+
+    async fn create_generated(
+        &self,
+        namespace: &str,
+        generate_name: &str,
+        desired: &Desired<K::Status>,
+    ) -> Result<(ObjectKey, Observed<K::Status>), ApiError> {
+        let n = {
+            let mut st = self.state();
+            st.generated += 1;
+            st.generated
+        };
+        let key = ObjectKey::new(namespace, format!("{generate_name}{n:05}"));
+        let observed = StatusApi::<K>::create(self, &key, desired).await?;
+        Ok((key, observed))
     }
 
     async fn apply_status(
         &self,
         key: &ObjectKey,
         status: &K::Status,
-    ) -> Result<Option<K::Status>, ApiError> {
-        let mut st = self.begin(Call::Apply(key.clone()))?;
+    ) -> Result<Option<Observed<K::Status>>, ApiError> {
+        let mut st = self.begin(Call::Apply(key.clone())).await?;
         Ok(st.objects.get_mut(key).map(|o| {
             o.status = status.clone();
-            o.status.clone()
+            o.observed()
+        }))
+    }
+
+    async fn apply_metadata(
+        &self,
+        key: &ObjectKey,
+        labels: &Labels,
+        owner: Option<&OwnerReference>,
+    ) -> Result<Option<Observed<K::Status>>, ApiError> {
+        let mut st = self.begin(Call::ApplyMetadata(key.clone())).await?;
+        Ok(st.objects.get_mut(key).map(|o| {
+            o.labels.extend(labels.clone());
+            if let Some(owner) = owner {
+                o.owner = Some(owner.clone());
+            }
+            o.observed()
         }))
     }
 
     async fn delete(&self, key: &ObjectKey) -> Result<(), ApiError> {
-        let mut st = self.begin(Call::Delete(key.clone()))?;
+        let mut st = self.begin(Call::Delete(key.clone())).await?;
         st.objects.remove(key);
         Ok(())
     }

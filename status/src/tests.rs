@@ -13,23 +13,42 @@ use prometheus::Registry;
 
 use crate::configuration_state::{self, Component};
 use crate::testing::{Call, FakeApi};
-use crate::{Desired, FakeClock, Metrics, ObjectKey, StatusObject, StatusWriter, WriterConfig};
+use crate::{
+    Backoff, Desired, FakeClock, Metrics, ObjectKey, StatusObject, StatusWriter, WriteBudget,
+    WriterConfig,
+};
 
-const NS: &str = "metallb-system";
+pub(crate) const NS: &str = "metallb-system";
 
-struct Harness<K: StatusObject> {
-    clock: Arc<FakeClock>,
-    api: FakeApi<K::Status>,
-    writer: StatusWriter<K>,
-    registry: Registry,
+pub(crate) struct Harness<K: StatusObject> {
+    pub(crate) clock: Arc<FakeClock>,
+    pub(crate) api: FakeApi<K::Status>,
+    pub(crate) writer: StatusWriter<K>,
+    pub(crate) registry: Registry,
+}
+
+/// The default timing without jitter (exact retry times).
+pub(crate) fn exact() -> WriterConfig {
+    WriterConfig {
+        backoff: Backoff {
+            jitter: 0.0,
+            ..Backoff::default()
+        },
+        ..WriterConfig::default()
+    }
 }
 
 impl<K: StatusObject> Harness<K> {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
+        Self::with_config(exact())
+    }
+
+    pub(crate) fn with_config(config: WriterConfig) -> Self {
         let clock = Arc::new(FakeClock::new());
         let registry = Registry::new();
         let metrics = Metrics::register(&registry).unwrap();
-        let writer = StatusWriter::new(WriterConfig::default(), clock.clone(), metrics);
+        let writer =
+            StatusWriter::with_budget(config, clock.clone(), metrics, WriteBudget::unlimited());
         Self {
             clock,
             api: FakeApi::new(),
@@ -39,7 +58,7 @@ impl<K: StatusObject> Harness<K> {
     }
 
     /// Runs due actions until none is due at the current (fake) time.
-    async fn settle(&self) -> usize {
+    pub(crate) async fn settle(&self) -> usize {
         let mut n = 0;
         loop {
             let ran = self.writer.step(&self.api).await;
@@ -50,11 +69,11 @@ impl<K: StatusObject> Harness<K> {
         }
     }
 
-    fn advance(&self, ms: u64) {
+    pub(crate) fn advance(&self, ms: u64) {
         self.clock.advance(Duration::from_millis(ms));
     }
 
-    fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+    pub(crate) fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
         for family in self.registry.gather() {
             if family.name() != name {
                 continue;
@@ -66,7 +85,11 @@ impl<K: StatusObject> Harness<K> {
                         .any(|l| l.name() == *k && l.value() == *v)
                 });
                 if matches {
-                    return m.get_counter().get_value() as u64;
+                    return if name.ends_with("_total") {
+                        m.get_counter().get_value() as u64
+                    } else {
+                        m.get_gauge().get_value() as u64
+                    };
                 }
             }
         }
@@ -74,7 +97,7 @@ impl<K: StatusObject> Harness<K> {
     }
 }
 
-fn bgp(peers: &[&str]) -> MetalLBServiceBGPStatus {
+pub(crate) fn bgp(peers: &[&str]) -> MetalLBServiceBGPStatus {
     MetalLBServiceBGPStatus {
         node: "node-1".into(),
         service_name: "web".into(),
@@ -83,11 +106,11 @@ fn bgp(peers: &[&str]) -> MetalLBServiceBGPStatus {
     }
 }
 
-fn key(name: &str) -> ObjectKey {
+pub(crate) fn key(name: &str) -> ObjectKey {
     ObjectKey::new(NS, name)
 }
 
-fn at(second: i64) -> Time {
+pub(crate) fn at(second: i64) -> Time {
     Time(Timestamp::from_second(1_700_000_000 + second).unwrap())
 }
 
@@ -310,13 +333,8 @@ async fn an_api_error_is_retried_with_backoff_until_written() {
 }
 
 #[test]
-fn backoff_doubles_up_to_the_maximum() {
-    let c = WriterConfig::default();
-    let ms = |n| c.backoff(n).as_millis();
-    assert_eq!((ms(1), ms(2), ms(3), ms(4)), (500, 1000, 2000, 4000));
-    assert_eq!(ms(8), 60_000);
-    assert_eq!(ms(40), 60_000);
-    assert_eq!(ms(u32::MAX), 60_000);
+fn the_backoff_is_kube_edges() {
+    assert_eq!(WriterConfig::default().backoff, Backoff::default());
 }
 
 #[tokio::test]
@@ -503,6 +521,8 @@ fn metrics_have_the_documented_names() {
     m.reads.with_label_values(&["k", "ok"]).inc();
     m.skips.with_label_values(&["k"]).inc();
     m.coalesced.with_label_values(&["k"]).inc();
+    m.pending.with_label_values(&["k"]).set(1);
+    m.failed.with_label_values(&["k"]).set(1);
     let mut names: Vec<String> = registry
         .gather()
         .iter()
@@ -513,6 +533,8 @@ fn metrics_have_the_documented_names() {
         names,
         [
             "metallb_rs_status_coalesced_total",
+            "metallb_rs_status_failed",
+            "metallb_rs_status_pending",
             "metallb_rs_status_reads_total",
             "metallb_rs_status_skips_total",
             "metallb_rs_status_writes_total"
@@ -521,3 +543,6 @@ fn metrics_have_the_documented_names() {
     // Registering twice on one registry is an error, not a panic.
     assert!(Metrics::register(&registry).is_err());
 }
+
+#[path = "tests_defects.rs"]
+mod defects;

@@ -16,15 +16,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use config::api::v1beta1::{ConfigurationResult, ConfigurationState, ConfigurationStateStatus};
-use kube::api::{Api, DeleteParams};
+use config::api::v1beta1::{
+    ConfigurationResult, ConfigurationState, ConfigurationStateStatus, InterfaceInfo,
+    MetalLBServiceL2Status, ServiceL2Status,
+};
+use config::api::{LABEL_NODE, LABEL_SERVICE_NAME, LABEL_SERVICE_NAMESPACE};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use status::configuration_state::{self, Component};
 use status::{
-    FIELD_MANAGER_SPEAKER, KubeStatusApi, Metrics, StatusWriter, SystemClock, WriterConfig,
-    watch_into,
+    Desired, FIELD_MANAGER_SPEAKER, KubeStatusApi, LabelScope, Labels, Metrics, StatusWriter,
+    SystemClock, WriteBudget, WriterConfig, watch_into,
 };
 
 const NS: &str = "metallb-system";
@@ -211,5 +217,217 @@ async fn configuration_state_valid_invalid_valid_and_no_write_when_unchanged() -
     let _ = stop_tx.send(());
     runner.await?;
     watch.abort();
+    Ok(())
+}
+
+/// An owner standing in for a speaker Pod (the lab has no kubelet nor
+/// service accounts to create Pods with; the garbage collector treats every
+/// kind alike).
+async fn stand_in_owner(client: &Client, name: &str) -> Result<OwnerReference> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let _ = api.delete(name, &DeleteParams::default()).await;
+    wait_for("the old stand-in to go", async || {
+        Ok(api.get_opt(name).await?.is_none().then_some(()))
+    })
+    .await?;
+    let cm = api
+        .create(
+            &PostParams::default(),
+            &ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    ..ObjectMeta::default()
+                },
+                ..ConfigMap::default()
+            },
+        )
+        .await?;
+    Ok(OwnerReference {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        name: name.into(),
+        uid: cm.uid().context("a uid")?,
+        ..OwnerReference::default()
+    })
+}
+
+struct Running {
+    stop: tokio::sync::oneshot::Sender<()>,
+    runner: tokio::task::JoinHandle<()>,
+    watch: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    async fn stop(self) -> Result<()> {
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(5), self.runner)
+            .await
+            .context("the writer stops")??;
+        self.watch.abort();
+        Ok(())
+    }
+}
+
+fn start_l2_writer(client: &Client, node: &str) -> (StatusWriter<ServiceL2Status>, Running) {
+    let writer: StatusWriter<ServiceL2Status> = StatusWriter::labeled(
+        WriterConfig::default(),
+        LabelScope::node(NS, node),
+        Arc::new(SystemClock),
+        Metrics::unregistered(),
+        WriteBudget::default(),
+    );
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let runner = tokio::spawn({
+        let writer = writer.clone();
+        let kapi = KubeStatusApi::<ServiceL2Status>::new(client.clone(), FIELD_MANAGER_SPEAKER);
+        async move {
+            writer
+                .run(kapi, async {
+                    let _ = stop_rx.await;
+                })
+                .await
+        }
+    });
+    let watch = tokio::spawn(watch_into(
+        writer.clone(),
+        Api::namespaced(client.clone(), NS),
+        watcher::Config::default().labels(&format!("{LABEL_NODE}={node}")),
+    ));
+    (
+        writer,
+        Running {
+            stop,
+            runner,
+            watch,
+        },
+    )
+}
+
+fn l2_identity(svc: &str) -> Labels {
+    Labels::from([
+        (LABEL_SERVICE_NAME.to_owned(), svc.to_owned()),
+        (LABEL_SERVICE_NAMESPACE.to_owned(), "demo".to_owned()),
+    ])
+}
+
+fn l2_desired(node: &str, svc: &str, owner: &OwnerReference) -> Desired<MetalLBServiceL2Status> {
+    Desired::new(MetalLBServiceL2Status {
+        node: node.into(),
+        service_name: svc.into(),
+        service_namespace: "demo".into(),
+        interfaces: vec![InterfaceInfo {
+            name: "eth0".into(),
+        }],
+    })
+    .owner(Some(owner.clone()))
+}
+
+#[tokio::test]
+async fn service_l2_status_by_labels_adopted_after_a_restart_pruned_and_reowned_in_place()
+-> Result<()> {
+    let client = lab_client().await?;
+    let node = format!("status-lab-l2-{}", std::process::id());
+    let api: Api<ServiceL2Status> = Api::namespaced(client.clone(), NS);
+    let mine = ListParams::default().labels(&format!("{LABEL_NODE}={node}"));
+    api.delete_collection(&DeleteParams::default(), &mine)
+        .await?;
+    let old_pod = stand_in_owner(&client, &format!("{node}-old")).await?;
+    let new_pod = stand_in_owner(&client, &format!("{node}-new")).await?;
+
+    // First speaker: three services, created with generateName `l2-`.
+    let (writer, running) = start_l2_writer(&client, &node);
+    for svc in ["web", "api", "stray"] {
+        writer.set_labeled(l2_identity(svc), l2_desired(&node, svc, &old_pod));
+    }
+    writer.initial_sync_done();
+    let first = wait_for("3 ServiceL2Status with their status", async || {
+        let list = api.list(&mine).await?.items;
+        Ok((list.len() == 3
+            && list
+                .iter()
+                .all(|o| o.status.as_ref().is_some_and(|s| s.node == node)))
+        .then_some(list))
+    })
+    .await?;
+    for o in &first {
+        assert!(o.name_any().starts_with("l2-"), "{}", o.name_any());
+        let svc = &o.labels()[LABEL_SERVICE_NAME];
+        assert_eq!(o.status.as_ref().unwrap().service_name, *svc);
+        assert_eq!(o.labels()[LABEL_SERVICE_NAMESPACE], "demo");
+        assert_eq!(o.owner_references(), std::slice::from_ref(&old_pod));
+    }
+    let uid_of = |list: &[ServiceL2Status], svc: &str| {
+        list.iter()
+            .find(|o| o.labels()[LABEL_SERVICE_NAME] == svc)
+            .and_then(|o| o.uid())
+    };
+    running.stop().await?;
+
+    // The speaker restarts (a new Pod): web and api still wanted, stray not.
+    let mark = audit(&["--mark"])?;
+    let (writer, running) = start_l2_writer(&client, &node);
+    for svc in ["web", "api"] {
+        writer.set_labeled(l2_identity(svc), l2_desired(&node, svc, &new_pod));
+    }
+    writer.initial_sync_done();
+    let second = wait_for(
+        "stray pruned, the others owned by the new Pod",
+        async || {
+            let list = api.list(&mine).await?.items;
+            let done = list.len() == 2
+                && list
+                    .iter()
+                    .all(|o| o.owner_references().iter().any(|r| r.uid == new_pod.uid));
+            Ok(done.then_some(list))
+        },
+    )
+    .await?;
+    for svc in ["web", "api"] {
+        let uid = uid_of(&second, svc);
+        assert!(uid.is_some());
+        assert_eq!(
+            uid,
+            uid_of(&first, svc),
+            "{svc} adopted in place, not re-created"
+        );
+        let key = writer.labeled_key(&l2_identity(svc)).expect("adopted");
+        let obj = second.iter().find(|o| o.name_any() == key.name).unwrap();
+        assert_eq!(
+            obj.owner_references(),
+            std::slice::from_ref(&new_pod),
+            "{svc}: old owner gone"
+        );
+    }
+    // No create and no delete of web or api: the ownerReference changed
+    // by one metadata apply each.
+    while writer.pending() > 0 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for o in &second {
+        let name = o.name_any();
+        let writes = wait_for("one audited write", async || {
+            let n = audit(&["--since", &mark, "--name", &name, "--total"])?;
+            Ok((n == "1").then_some(n))
+        })
+        .await;
+        assert!(
+            writes.is_ok(),
+            "writes of {name} after the restart: {writes:?}"
+        );
+    }
+
+    // Withdrawn: deleted.
+    for svc in ["web", "api"] {
+        writer.remove_labeled(l2_identity(svc));
+    }
+    wait_for("deletion", async || {
+        Ok(api.list(&mine).await?.items.is_empty().then_some(()))
+    })
+    .await?;
+    running.stop().await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    for pod in [old_pod, new_pod] {
+        let _ = cms.delete(&pod.name, &DeleteParams::default()).await;
+    }
     Ok(())
 }
