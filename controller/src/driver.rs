@@ -300,14 +300,13 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
         if let Some(term) = self.term.take() {
             tracing::warn!(term, reason = why, "allocation stopped");
         }
-        // Forget every desired pool status (IPAddressPools are never
-        // deleted: `remove` only drops what we wanted) and the gauges.
+        // Forget every desired pool status (nothing is deleted; a write in
+        // flight is abandoned) and the allocator's gauges: the next leader
+        // owns them.
         for pool in self.services.allocator().pool_names() {
             self.out.metrics.remove_pool(pool);
-            self.out
-                .pool_writer
-                .remove(&ObjectKey::new(self.out.namespace.clone(), pool));
         }
+        self.out.pool_writer.forget_all();
         self.services = ServiceReconciler::new();
         self.written.clear();
         self.pending.clear();
