@@ -43,11 +43,11 @@ use status::{Desired, ObjectKey, StatusWriter};
 use tokio::sync::{Notify, watch};
 
 use crate::edge::ServiceApi;
-use crate::health::Heartbeat;
 use crate::leader::Leadership;
 use crate::metrics::ControllerMetrics;
 use crate::pool_reconciler::{self, Pass, PoolReconciler};
 use crate::service::{self, Event, ServiceReconciler, SyncState};
+use daemon::health::Heartbeat;
 
 /// What changed among the Services since the last call.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service as KubeService;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
 use kube_edge::{ApiFailure, Class};
 use serde_json::{Value, json};
@@ -22,7 +21,7 @@ pub const REPORTING_CONTROLLER: &str = "metallb-controller";
 #[derive(Clone)]
 pub struct ServiceEdge {
     client: Client,
-    recorder: Recorder,
+    events: daemon::events::Events,
 }
 
 /// The JSON merge patch of the status subresource setting `ips` (an empty
@@ -91,12 +90,8 @@ impl ServiceEdge {
     /// Writes through `client`; events name `instance` (e.g. the Pod) as
     /// the reporting instance.
     pub fn new(client: Client, instance: Option<String>) -> Self {
-        let reporter = Reporter {
-            controller: REPORTING_CONTROLLER.into(),
-            instance,
-        };
         Self {
-            recorder: Recorder::new(client.clone(), reporter),
+            events: daemon::events::Events::new(client.clone(), REPORTING_CONTROLLER, instance),
             client,
         }
     }
@@ -168,28 +163,15 @@ impl ServiceApi for ServiceEdge {
 
     async fn publish(&self, svc: &KubeService, events: &[Event], timeout: Duration) {
         let reference = svc.object_ref(&());
-        let key = format!("{}/{}", svc.namespace().unwrap_or_default(), svc.name_any());
+        let started = tokio::time::Instant::now();
         for e in events {
-            let ev = KubeEvent {
-                type_: if e.warning {
-                    EventType::Warning
-                } else {
-                    EventType::Normal
-                },
+            let note = daemon::events::Note {
+                warning: e.warning,
                 reason: e.reason.into(),
-                note: Some(e.message.clone()),
-                action: e.reason.replace(' ', ""),
-                secondary: None,
+                message: e.message.clone(),
             };
-            match tokio::time::timeout(timeout, self.recorder.publish(&ev, &reference)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(err)) => {
-                    tracing::warn!(service = key, reason = e.reason, error = %err, "publishing an event failed")
-                }
-                Err(_) => {
-                    tracing::warn!(service = key, reason = e.reason, timeout = ?timeout, "publishing an event timed out")
-                }
-            }
+            let left = timeout.saturating_sub(started.elapsed());
+            self.events.publish(&reference, &note, left).await;
         }
     }
 }

@@ -740,9 +740,11 @@ pub enum ApiError {
 }
 
 impl From<kube::Error> for ApiError {
+    /// By the project's one classification of API errors (kube-edge).
     fn from(e: kube::Error) -> Self {
-        match &e {
-            kube::Error::Api(s) if s.code == 409 => Self::Conflict(e.to_string()),
+        let f = kube_edge::ApiFailure::from_kube("lease".into(), &e);
+        match f.class {
+            kube_edge::Class::Conflict => Self::Conflict(e.to_string()),
             _ => Self::Other(e.to_string()),
         }
     }

@@ -24,14 +24,14 @@
 //! - [`leader`]: the Lease that lets one controller allocate at a time.
 //! - [`metrics`]: MetalLB's controller metrics (`metallb_allocator_*`,
 //!   `metallb_k8s_client_*`).
-//! - [`health`]: `/healthz` and `/readyz`.
+//! - `/healthz`, `/readyz`, logging and metrics flags, events: the `daemon`
+//!   crate, shared with the speaker.
 //! - The binary (`src/main.rs`): MetalLB's flags, the watches, probes,
 //!   metrics server, bounded graceful shutdown.
 
 pub mod alloc;
 pub mod driver;
 pub mod edge;
-pub mod health;
 pub mod leader;
 pub mod metrics;
 pub mod pool_reconciler;

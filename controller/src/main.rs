@@ -20,13 +20,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::parser::ValueSource;
-use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, ValueEnum};
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
 use config::api::v1beta1::{Community, ConfigurationState, IPAddressPool};
 use controller::driver::{Changes, Driver, Inputs, Outputs, ServiceChanges, Timing};
 use controller::edge::ServiceEdge;
-use controller::health::{Heartbeat, Probes};
 use controller::leader::{self, LEASE_NAME, LeaderElector, Leadership, LeaseConfig};
 use controller::metrics::ControllerMetrics;
+use daemon::health::{Heartbeat, Probes};
 use futures_util::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -39,22 +39,6 @@ use tokio::sync::{Notify, watch};
 
 const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum LogLevel {
-    All,
-    Debug,
-    Info,
-    Warn,
-    Error,
-    None,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum LogFormat {
-    Json,
-    Text,
-}
-
 /// The flags of MetalLB's controller (same names, defaults and variables).
 #[derive(Debug, Parser)]
 #[command(name = "controller", version, about = "metallb-rs controller")]
@@ -63,12 +47,8 @@ struct Args {
     /// authorisation, as MetalLB.
     #[arg(long, default_value_t = 9120)]
     port: u16,
-    /// Address the metrics port binds (default: every address, as MetalLB).
-    #[arg(long, default_value = "0.0.0.0")]
-    metrics_bind_address: std::net::IpAddr,
-    /// Serve metrics over plain HTTP without authentication (explicit opt-in).
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
-    metrics_insecure_http: bool,
+    #[command(flatten)]
+    metrics: daemon::metrics::MetricsArgs,
     /// The namespace of the configuration (default: the ServiceAccount's namespace).
     #[arg(long, env = "METALLB_NAMESPACE", default_value = "")]
     namespace: String,
@@ -78,12 +58,8 @@ struct Args {
     /// The controller's Deployment (no effect yet).
     #[arg(long, env = "METALLB_DEPLOYMENT", default_value = "")]
     deployment: String,
-    /// Log level.
-    #[arg(long, value_enum, default_value = "info")]
-    log_level: LogLevel,
-    /// Log format: JSON lines, or text for humans.
-    #[arg(long, value_enum, default_value = "json")]
-    log_format: LogFormat,
+    #[command(flatten)]
+    log: daemon::logging::LogArgs,
     /// pprof endpoint (no effect).
     #[arg(long, default_value = "")]
     pprof_bind_address: String,
@@ -121,18 +97,6 @@ struct Args {
     /// Webhook HTTP/2 (no effect yet).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     webhook_http2: bool,
-    /// Minimum TLS version of the metrics port: VersionTLS12 or VersionTLS13 (default).
-    #[arg(long, default_value = "")]
-    tls_min_version: String,
-    /// TLS 1.2 cipher suites (no effect yet).
-    #[arg(long, default_value = "")]
-    tls_cipher_suites: String,
-    /// TLS curve preferences (no effect yet).
-    #[arg(long, default_value = "")]
-    tls_curve_preferences: String,
-    /// Metrics TLS certificate directory (tls.crt, tls.key); default: self-signed.
-    #[arg(long, default_value = "")]
-    metrics_cert_dir: String,
     /// Hold a Lease so that only one controller allocates (client-go's
     /// leader election flags, as Kubernetes' own controllers take them).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true")]
@@ -185,25 +149,6 @@ const NO_EFFECT_YET: &[&str] = &[
     "tls_curve_preferences",
 ];
 
-fn init_logging(args: &Args) {
-    let level = match args.log_level {
-        LogLevel::All => "trace",
-        LogLevel::Debug => "debug",
-        LogLevel::Info => "info",
-        LogLevel::Warn => "warn",
-        LogLevel::Error => "error",
-        LogLevel::None => "off",
-    };
-    let filter = tracing_subscriber::EnvFilter::new(level);
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match args.log_format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
-    }
-}
-
 fn warn_no_effect(matches: &ArgMatches) {
     for id in NO_EFFECT_YET {
         if matches!(
@@ -222,7 +167,7 @@ fn warn_no_effect(matches: &ArgMatches) {
 fn main() -> Result<()> {
     let matches = Args::command().get_matches();
     let args = Args::from_arg_matches(&matches)?;
-    init_logging(&args);
+    daemon::logging::init(&args.log);
     warn_no_effect(&matches);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -233,17 +178,6 @@ fn main() -> Result<()> {
         tracing::error!(error = format!("{e:#}"), "controller failed");
     }
     r
-}
-
-async fn shutdown_signal() -> Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => tracing::info!(signal = "SIGTERM", "shutting down"),
-        _ = int.recv() => tracing::info!(signal = "SIGINT", "shutting down"),
-    }
-    Ok(())
 }
 
 /// A reflector over `api`, waking `changed` on every event. Runs until the
@@ -312,50 +246,6 @@ fn namespace(args: &Args) -> Result<String> {
         format!("no --namespace / METALLB_NAMESPACE, and reading {SA_NAMESPACE_FILE}")
     })?;
     Ok(ns.trim().to_owned())
-}
-
-/// The metrics server of `--port` (None when 0): HTTPS with the API server's
-/// TokenReview/SubjectAccessReview, or plain HTTP when explicitly asked.
-async fn metrics_server(
-    args: &Args,
-    client: &Client,
-    registry: prometheus::Registry,
-) -> Result<Option<kube_metrics::MetricsServer>> {
-    use kube_metrics::{
-        CertSource, KubeAuthorizer, MetricsServer, Security, ServerTls, TlsOptions,
-    };
-    if args.port == 0 {
-        return Ok(None);
-    }
-    let addr = std::net::SocketAddr::new(args.metrics_bind_address, args.port);
-    let security = if args.metrics_insecure_http {
-        tracing::warn!(%addr, "metrics served over plain HTTP without authentication (--metrics-insecure-http)");
-        Security::insecure_http()
-    } else {
-        let cert = if args.metrics_cert_dir.is_empty() {
-            let mut names = vec!["localhost".to_owned()];
-            if !args.metrics_bind_address.is_unspecified() {
-                names.push(args.metrics_bind_address.to_string());
-            }
-            if let Ok(host) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
-                names.push(host.trim().to_owned());
-            }
-            CertSource::SelfSigned { names }
-        } else {
-            CertSource::Dir(args.metrics_cert_dir.clone().into())
-        };
-        let tls = ServerTls::new(&TlsOptions {
-            cert,
-            min_version: args.tls_min_version.parse().context("--tls-min-version")?,
-        })
-        .context("metrics TLS")?;
-        Security::https(tls, KubeAuthorizer::new(client.clone()))
-    };
-    let server = MetricsServer::bind(addr, registry, security)
-        .await
-        .with_context(|| format!("binding the metrics port {addr}"))?;
-    tracing::info!(%addr, "serving metrics");
-    Ok(Some(server))
 }
 
 /// The Service changes of the watch, coalesced by key (bounded: past
@@ -500,7 +390,8 @@ async fn run(args: Args) -> Result<()> {
     let registry = prometheus::Registry::new();
     let metrics = ControllerMetrics::register(&registry)?;
     let status_metrics = status::Metrics::register(&registry)?;
-    let metrics_server = metrics_server(&args, &client, registry).await?;
+    let metrics_server =
+        daemon::metrics::server(&args.metrics, args.port, &client, registry).await?;
 
     let ready = Arc::new(AtomicBool::new(false));
     let heartbeat = Arc::new(Heartbeat::new());
@@ -509,7 +400,7 @@ async fn run(args: Args) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(health_addr)
         .await
         .with_context(|| format!("binding the probe port {health_addr}"))?;
-    let health = tokio::spawn(controller::health::serve(
+    let health = tokio::spawn(daemon::health::serve(
         listener,
         Probes {
             ready: ready.clone(),
@@ -663,7 +554,7 @@ async fn run(args: Args) -> Result<()> {
     let reconcile = driver.run();
 
     let outcome = tokio::select! {
-        r = shutdown_signal() => r,
+        r = daemon::shutdown_signal() => r,
         r = reconcile => r.context("the controller loop ended"),
     };
     // The loop (and any Service write in flight) is dropped here: nothing
