@@ -29,6 +29,9 @@ const LEASE_FLAGS: [&str; 6] = [
 ];
 const FREEZE: Duration = Duration::from_secs(8);
 
+/// The tests of this binary freeze the one API server: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Continues the API server when dropped (also when the test fails mid-freeze).
 struct Frozen(u32);
 
@@ -101,6 +104,7 @@ fn status_writes(log: &std::path::Path, mark: u64, ns: &str) -> Result<Vec<(Stri
 
 #[tokio::test]
 async fn a_frozen_api_server_never_gives_an_address_twice_nor_moves_one() -> Result<()> {
+    let _serial = SERIAL.lock().await;
     let lab = Lab::connect().await?;
     let setup = lab.controller_setup("freeze").await?;
     let ns = setup.namespace().to_owned();
@@ -267,5 +271,40 @@ async fn a_frozen_api_server_never_gives_an_address_twice_nor_moves_one() -> Res
     match result {
         Ok(()) => setup.delete().await,
         Err(e) => Err(e.context(format!("freeze-a log:\n{log_a}\nfreeze-b log:\n{log_b}"))),
+    }
+}
+
+/// SIGTERM while the API server is frozen (the Lease release, the status writes and
+/// every request hang): the controller still exits within its shutdown budget, well
+/// inside the Pod's grace period.
+#[tokio::test]
+async fn shutdown_fits_its_budget_while_the_api_server_is_frozen() -> Result<()> {
+    let _serial = SERIAL.lock().await;
+    let lab = Lab::connect().await?;
+    let setup = lab.controller_setup("frozen-stop").await?;
+    let pid: u32 = std::fs::read_to_string(lab.env.state_dir.join("run/kube-apiserver.pid"))?
+        .trim()
+        .parse()?;
+    let mut ctl = setup
+        .start("frozen-stop", &["--shutdown-timeout", "5s"])
+        .await?;
+    let result = async {
+        let frozen = Frozen::stop(pid)?;
+        let started = std::time::Instant::now();
+        let status = ctl.process.terminate(Duration::from_secs(15)).await;
+        let took = started.elapsed();
+        drop(frozen);
+        let status = status?;
+        eprintln!("exited {status} {took:?} after SIGTERM with the API server frozen");
+        ensure!(
+            took < Duration::from_secs(8),
+            "took {took:?} for a 5 s shutdown budget"
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    match result {
+        Ok(()) => setup.delete().await,
+        Err(e) => Err(e.context(format!("log:\n{}", ctl.process.log_text()))),
     }
 }
