@@ -37,6 +37,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret};
 use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -524,16 +525,20 @@ impl Loader {
         for entry in self.entries {
             if entry.object.in_configuration {
                 match entry.typed {
-                    Some(Typed::Pool(o)) => resources.pools.push(*o),
-                    Some(Typed::Peer(o)) => resources.peers.push(*o),
-                    Some(Typed::BfdProfile(o)) => resources.bfd_profiles.push(*o),
-                    Some(Typed::BgpAdvertisement(o)) => resources.bgp_advertisements.push(*o),
-                    Some(Typed::L2Advertisement(o)) => resources.l2_advertisements.push(*o),
-                    Some(Typed::Community(o)) => resources.communities.push(*o),
-                    Some(Typed::Secret(o)) => resources.secrets.push(*o),
-                    Some(Typed::Node(o)) => resources.nodes.push(*o),
-                    Some(Typed::Namespace(o)) => resources.namespaces.push(*o),
-                    Some(Typed::BgpExtras(o)) => resources.bgp_extras = Some(*o),
+                    Some(Typed::Pool(o)) => resources.pools.push(Arc::new(*o)),
+                    Some(Typed::Peer(o)) => resources.peers.push(Arc::new(*o)),
+                    Some(Typed::BfdProfile(o)) => resources.bfd_profiles.push(Arc::new(*o)),
+                    Some(Typed::BgpAdvertisement(o)) => {
+                        resources.bgp_advertisements.push(Arc::new(*o))
+                    }
+                    Some(Typed::L2Advertisement(o)) => {
+                        resources.l2_advertisements.push(Arc::new(*o))
+                    }
+                    Some(Typed::Community(o)) => resources.communities.push(Arc::new(*o)),
+                    Some(Typed::Secret(o)) => resources.secrets.push(Arc::new(*o)),
+                    Some(Typed::Node(o)) => resources.nodes.push(Arc::new(*o)),
+                    Some(Typed::Namespace(o)) => resources.namespaces.push(Arc::new(*o)),
+                    Some(Typed::BgpExtras(o)) => resources.bgp_extras = Some(Arc::new(*o)),
                     None => {}
                 }
             }

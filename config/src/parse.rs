@@ -5,6 +5,7 @@
 //! aborts, with MetalLB's message.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
@@ -75,8 +76,8 @@ struct Sorted<'a> {
     namespaces: Vec<&'a Namespace>,
 }
 
-fn sorted<T: ResourceExt>(v: &[T]) -> Vec<&T> {
-    let mut out: Vec<&T> = v.iter().collect();
+fn sorted<T: ResourceExt>(v: &[Arc<T>]) -> Vec<&T> {
+    let mut out: Vec<&T> = v.iter().map(|o| &**o).collect();
     out.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
     out
 }
@@ -90,7 +91,7 @@ impl<'a> Sorted<'a> {
             bgp_advertisements: sorted(&r.bgp_advertisements),
             l2_advertisements: sorted(&r.l2_advertisements),
             communities: sorted(&r.communities),
-            secrets: r.secrets.iter().map(|s| (s.name_any(), s)).collect(),
+            secrets: r.secrets.iter().map(|s| (s.name_any(), &**s)).collect(),
             nodes: sorted(&r.nodes),
             namespaces: sorted(&r.namespaces),
         }

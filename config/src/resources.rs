@@ -1,6 +1,8 @@
 //! The objects a configuration is made of, as read from the API server or
 //! from files: MetalLB's `ClusterResources`.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret};
 
 use crate::api::{v1beta1, v1beta2};
@@ -8,29 +10,32 @@ use crate::api::{v1beta1, v1beta2};
 /// Everything `parse` reads. Lists need not be sorted: `parse` sorts them by
 /// name first, as MetalLB's reconcilers do.
 ///
+/// Objects are shared (`Arc`), as a watch cache hands them out, so building
+/// a `Resources` from the caches copies pointers, not objects.
+///
 /// `Debug` shows Secrets by name only: their data are BGP passwords.
 #[derive(Clone, Default)]
 pub struct Resources {
     /// `IPAddressPool`s.
-    pub pools: Vec<v1beta1::IPAddressPool>,
+    pub pools: Vec<Arc<v1beta1::IPAddressPool>>,
     /// `BGPPeer`s, v1beta1 ones already converted with [`convert_bgp_peer`].
-    pub peers: Vec<v1beta2::BGPPeer>,
+    pub peers: Vec<Arc<v1beta2::BGPPeer>>,
     /// `BFDProfile`s.
-    pub bfd_profiles: Vec<v1beta1::BFDProfile>,
+    pub bfd_profiles: Vec<Arc<v1beta1::BFDProfile>>,
     /// `BGPAdvertisement`s.
-    pub bgp_advertisements: Vec<v1beta1::BGPAdvertisement>,
+    pub bgp_advertisements: Vec<Arc<v1beta1::BGPAdvertisement>>,
     /// `L2Advertisement`s.
-    pub l2_advertisements: Vec<v1beta1::L2Advertisement>,
+    pub l2_advertisements: Vec<Arc<v1beta1::L2Advertisement>>,
     /// `Community` alias lists.
-    pub communities: Vec<v1beta1::Community>,
+    pub communities: Vec<Arc<v1beta1::Community>>,
     /// Secrets of the MetalLB namespace (BGP passwords).
-    pub secrets: Vec<Secret>,
+    pub secrets: Vec<Arc<Secret>>,
     /// The cluster's Nodes (node selectors of peers and advertisements).
-    pub nodes: Vec<Node>,
+    pub nodes: Vec<Arc<Node>>,
     /// The cluster's Namespaces (namespace selectors of pools).
-    pub namespaces: Vec<Namespace>,
+    pub namespaces: Vec<Arc<Namespace>>,
     /// The `bgpextras` ConfigMap, when present (FRR-only; warned about).
-    pub bgp_extras: Option<ConfigMap>,
+    pub bgp_extras: Option<Arc<ConfigMap>>,
 }
 
 impl std::fmt::Debug for Resources {

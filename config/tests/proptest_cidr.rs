@@ -168,8 +168,8 @@ proptest! {
     #[test]
     fn parse_never_panics_on_random_pools(pools in proptest::collection::vec(pool(), 0..6), ad in bgp_ad()) {
         let resources = config::Resources {
-            pools,
-            bgp_advertisements: ad.into_iter().collect(),
+            pools: pools.into_iter().map(std::sync::Arc::new).collect(),
+            bgp_advertisements: ad.into_iter().map(std::sync::Arc::new).collect(),
             ..Default::default()
         };
         match config::parse(&resources) {

@@ -193,7 +193,7 @@ fn bgp_peer_objects_serialise_the_password_for_the_api() {
     // since that is what gets sent to the API server; only Debug redacts.
     // serde_json of the *object* therefore does carry the password.
     let resources = objs(&inline_peer());
-    let json = serde_json::to_string(&resources.peers[0]).unwrap();
+    let json = serde_json::to_string(&*resources.peers[0]).unwrap();
     assert!(json.contains(PASSWORD), "{json}");
 }
 

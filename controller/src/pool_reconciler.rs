@@ -5,6 +5,8 @@
 //! Pure (no API calls): the binary feeds it the reflectors' contents on every
 //! change and reports what it returns through the status writer.
 
+use std::sync::Arc;
+
 use config::api::v1beta1::{Community, IPAddressPool};
 use config::{Config, Resources};
 use k8s_openapi::api::core::v1::Namespace;
@@ -36,9 +38,9 @@ pub fn resources(
     namespaces: Vec<Namespace>,
 ) -> Resources {
     Resources {
-        pools,
-        communities,
-        namespaces,
+        pools: pools.into_iter().map(Arc::new).collect(),
+        communities: communities.into_iter().map(Arc::new).collect(),
+        namespaces: namespaces.into_iter().map(Arc::new).collect(),
         ..Resources::default()
     }
 }

@@ -8,6 +8,8 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use config::api::{v1beta1, v1beta2};
+use std::sync::Arc;
+
 use config::{Config, ConfigError, Resources};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret};
 use serde::de::DeserializeOwned;
@@ -57,20 +59,20 @@ pub fn objs(yaml: &str) -> Resources {
             }
         }
         match kind.as_str() {
-            "IPAddressPool" => r.pools.push(typed(&doc)),
+            "IPAddressPool" => r.pools.push(Arc::new(typed(&doc))),
             "BGPPeer" if api_version == "metallb.io/v1beta1" => {
                 let old: v1beta1::BGPPeer = typed(&doc);
-                r.peers.push(config::convert_bgp_peer(&old));
+                r.peers.push(Arc::new(config::convert_bgp_peer(&old)));
             }
-            "BGPPeer" => r.peers.push(typed::<v1beta2::BGPPeer>(&doc)),
-            "BFDProfile" => r.bfd_profiles.push(typed(&doc)),
-            "BGPAdvertisement" => r.bgp_advertisements.push(typed(&doc)),
-            "L2Advertisement" => r.l2_advertisements.push(typed(&doc)),
-            "Community" => r.communities.push(typed(&doc)),
-            "Secret" => r.secrets.push(typed::<Secret>(&doc)),
-            "Node" => r.nodes.push(typed::<Node>(&doc)),
-            "Namespace" => r.namespaces.push(typed::<Namespace>(&doc)),
-            "ConfigMap" => r.bgp_extras = Some(typed::<ConfigMap>(&doc)),
+            "BGPPeer" => r.peers.push(Arc::new(typed::<v1beta2::BGPPeer>(&doc))),
+            "BFDProfile" => r.bfd_profiles.push(Arc::new(typed(&doc))),
+            "BGPAdvertisement" => r.bgp_advertisements.push(Arc::new(typed(&doc))),
+            "L2Advertisement" => r.l2_advertisements.push(Arc::new(typed(&doc))),
+            "Community" => r.communities.push(Arc::new(typed(&doc))),
+            "Secret" => r.secrets.push(Arc::new(typed::<Secret>(&doc))),
+            "Node" => r.nodes.push(Arc::new(typed::<Node>(&doc))),
+            "Namespace" => r.namespaces.push(Arc::new(typed::<Namespace>(&doc))),
+            "ConfigMap" => r.bgp_extras = Some(Arc::new(typed::<ConfigMap>(&doc))),
             other => panic!("unsupported kind {other}"),
         }
     }

@@ -28,7 +28,7 @@ fn pool(name: &str, addresses: &[&str]) -> IPAddressPool {
 
 fn config(pools: Vec<IPAddressPool>) -> Config {
     config::parse(&Resources {
-        pools,
+        pools: pools.into_iter().map(std::sync::Arc::new).collect(),
         ..Resources::default()
     })
     .expect("valid test configuration")

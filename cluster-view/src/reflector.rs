@@ -1,0 +1,304 @@
+//! One watch of one kind into one cache, in a task of its own that ends
+//! when the [`Reflector`] is dropped, with readiness, health, and a re-list
+//! on demand.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use futures_util::StreamExt;
+use kube::Resource;
+use kube::api::Api;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde::de::DeserializeOwned;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+/// What a reflector saw, handed to its change callback after the cache was
+/// updated (so the cache already holds `new`, or no longer holds a deleted
+/// object, when the callback runs).
+#[derive(Debug)]
+pub enum Change<'a, K> {
+    /// An object was added (`old` is `None`) or modified (`old` is the
+    /// version the cache held before).
+    Applied {
+        /// The previous version, if the cache had one.
+        old: Option<&'a K>,
+        /// The new version.
+        new: &'a K,
+    },
+    /// An object was deleted.
+    Deleted(&'a K),
+    /// A list completed and replaced the whole cache: anything may have
+    /// changed (objects added, modified or deleted while the watch was
+    /// down are not told one by one).
+    Listed,
+}
+
+/// The reflector's task has ended (the reflector was dropped).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the {kind} watch has stopped")]
+pub struct Stopped {
+    /// The kind watched.
+    pub kind: String,
+}
+
+/// A snapshot of a reflector's health.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Health {
+    /// The kind watched.
+    pub kind: String,
+    /// Whether the first list is done.
+    pub ready: bool,
+    /// Lists completed since the start (the first one, the watcher's own
+    /// re-lists after an expired resource version, and [`Reflector::relist`]s).
+    pub lists_completed: u64,
+    /// Whether the watch's last word was an error (it is retrying with
+    /// backoff): set by an error, cleared by the next event or list.
+    pub failing: bool,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Progress {
+    /// Lists completed.
+    lists: u64,
+    /// The highest re-list request whose list has completed.
+    served: u64,
+}
+
+#[derive(Debug)]
+struct Shared {
+    kind: String,
+    /// Re-list requests so far (a generation number).
+    requested: AtomicU64,
+    wake: Notify,
+    failing: AtomicBool,
+}
+
+/// Aborts the task when dropped.
+#[derive(Debug)]
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A watch of one kind feeding a cache ([`Store`]), run by a task of its own
+/// (spawned on the current Tokio runtime) that ends when this is dropped.
+///
+/// The watch retries with kube's default backoff (0.8 s doubling to 30 s,
+/// jittered); a re-list replaces the cache atomically when it completes, so
+/// readers never see a half-listed cache.
+#[derive(Debug)]
+pub struct Reflector<K: Resource<DynamicType = ()> + Clone + 'static> {
+    store: Store<K>,
+    shared: Arc<Shared>,
+    progress: watch::Receiver<Progress>,
+    _task: AbortOnDrop,
+}
+
+impl<K> Reflector<K>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + Sync + 'static,
+{
+    /// Starts watching `api` with `config`, calling `on_change` for every
+    /// change once the cache holds it (with the cache, for callbacks that
+    /// index its objects). `on_change` runs in the reflector's task: keep it
+    /// short (signal a queue, update an index).
+    pub fn new(
+        api: Api<K>,
+        config: watcher::Config,
+        on_change: impl FnMut(Change<'_, K>, &Store<K>) + Send + 'static,
+    ) -> Self {
+        let writer = Writer::<K>::default();
+        let store = writer.as_reader();
+        let shared = Arc::new(Shared {
+            kind: K::kind(&()).into_owned(),
+            requested: AtomicU64::new(0),
+            wake: Notify::new(),
+            failing: AtomicBool::new(false),
+        });
+        let (progress_tx, progress) = watch::channel(Progress::default());
+        let task = tokio::spawn(run(
+            api,
+            config,
+            writer,
+            shared.clone(),
+            progress_tx,
+            on_change,
+        ));
+        Self {
+            store,
+            shared,
+            progress,
+            _task: AbortOnDrop(task),
+        }
+    }
+
+    /// A reflector that signals nothing.
+    pub fn quiet(api: Api<K>, config: watcher::Config) -> Self {
+        Self::new(api, config, |_, _| {})
+    }
+}
+
+impl<K: Resource<DynamicType = ()> + Clone + 'static> Reflector<K> {
+    /// The cache (cheap to clone; readers share it with the task).
+    pub fn store(&self) -> Store<K> {
+        self.store.clone()
+    }
+
+    /// The kind watched.
+    pub fn kind(&self) -> &str {
+        &self.shared.kind
+    }
+
+    /// Whether the first list is done.
+    pub fn is_ready(&self) -> bool {
+        self.progress.borrow().lists > 0
+    }
+
+    /// Waits for the first list.
+    pub fn ready(&self) -> impl Future<Output = Result<(), Stopped>> + Send + 'static {
+        let mut rx = self.progress.clone();
+        let stopped = self.stopped();
+        async move {
+            rx.wait_for(|p| p.lists > 0)
+                .await
+                .map(|_| ())
+                .map_err(|_| stopped)
+        }
+    }
+
+    /// Lists completed so far (an epoch: it grows by one per list).
+    pub fn lists_completed(&self) -> u64 {
+        self.progress.borrow().lists
+    }
+
+    /// Whether the watch is failing (retrying with backoff); see
+    /// [`Health::failing`].
+    pub fn failing(&self) -> bool {
+        self.shared.failing.load(Ordering::Relaxed)
+    }
+
+    /// A snapshot of the reflector's health.
+    pub fn health(&self) -> Health {
+        Health {
+            kind: self.shared.kind.clone(),
+            ready: self.is_ready(),
+            lists_completed: self.lists_completed(),
+            failing: self.failing(),
+        }
+    }
+
+    fn stopped(&self) -> Stopped {
+        Stopped {
+            kind: self.shared.kind.clone(),
+        }
+    }
+
+    /// Asks for a fresh list now (the watch restarts at once, even from a
+    /// backoff) and returns a future that completes when a list started
+    /// after this call has replaced the cache. Requests made while one is
+    /// pending share its list. The future waits as long as the API server
+    /// is unreachable: put a deadline on it. It fails only when the
+    /// reflector is dropped.
+    pub fn relist(&self) -> impl Future<Output = Result<(), Stopped>> + Send + 'static {
+        let generation = self.shared.requested.fetch_add(1, Ordering::SeqCst) + 1;
+        self.shared.wake.notify_one();
+        let mut rx = self.progress.clone();
+        let stopped = self.stopped();
+        async move {
+            rx.wait_for(|p| p.served >= generation)
+                .await
+                .map(|_| ())
+                .map_err(|_| stopped)
+        }
+    }
+}
+
+async fn run<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    mut writer: Writer<K>,
+    shared: Arc<Shared>,
+    progress: watch::Sender<Progress>,
+    mut on_change: impl FnMut(Change<'_, K>, &Store<K>) + Send + 'static,
+) where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + Sync + 'static,
+{
+    let store = writer.as_reader();
+    let kind = shared.kind.clone();
+    loop {
+        // Every request up to this generation is served by the list this
+        // stream starts with (it starts after they were made).
+        let generation = shared.requested.load(Ordering::SeqCst);
+        let mut stream = watcher(api.clone(), config.clone())
+            .default_backoff()
+            .boxed();
+        loop {
+            let event = tokio::select! {
+                biased;
+                () = shared.wake.notified() => {
+                    if shared.requested.load(Ordering::SeqCst) > generation {
+                        tracing::debug!(kind, "re-list requested: restarting the watch");
+                        break;
+                    }
+                    continue;
+                }
+                event = stream.next() => event,
+            };
+            let Some(event) = event else {
+                // The watcher never ends by itself; start another one if it does.
+                break;
+            };
+            let event = match event {
+                Ok(e) => e,
+                Err(e) => {
+                    if !shared.failing.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(kind, error = %e, "watch failed; retrying with backoff");
+                    } else {
+                        tracing::debug!(kind, error = %e, "watch still failing");
+                    }
+                    continue;
+                }
+            };
+            if shared.failing.swap(false, Ordering::Relaxed) {
+                tracing::info!(kind, "watch recovered");
+            }
+            match &event {
+                watcher::Event::Apply(obj) => {
+                    let old = store.get(&ObjectRef::from_obj(obj));
+                    writer.apply_watcher_event(&event);
+                    on_change(
+                        Change::Applied {
+                            old: old.as_deref(),
+                            new: obj,
+                        },
+                        &store,
+                    );
+                }
+                watcher::Event::Delete(obj) => {
+                    writer.apply_watcher_event(&event);
+                    on_change(Change::Deleted(obj), &store);
+                }
+                watcher::Event::Init | watcher::Event::InitApply(_) => {
+                    writer.apply_watcher_event(&event);
+                }
+                watcher::Event::InitDone => {
+                    writer.apply_watcher_event(&event);
+                    on_change(Change::Listed, &store);
+                    progress.send_modify(|p| {
+                        p.lists += 1;
+                        p.served = p.served.max(generation);
+                    });
+                    tracing::debug!(kind, objects = store.len(), "listed");
+                }
+            }
+        }
+    }
+}
