@@ -40,7 +40,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube_edge::{Backoff, Class, Retries};
 use status::configuration_state::{self, Component};
 use status::{Desired, ObjectKey, StatusWriter};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use crate::edge::ServiceApi;
 use crate::leader::Leadership;
@@ -82,6 +82,9 @@ pub struct Timing {
     pub deferred_pass: Duration,
     /// Pause after a configuration change, to let a burst settle.
     pub settle: Duration,
+    /// Longest wait for the fresh list a new term starts from (then tried
+    /// again while the term lasts).
+    pub relist_timeout: Duration,
 }
 
 impl Default for Timing {
@@ -92,6 +95,7 @@ impl Default for Timing {
             tick: Duration::from_secs(5),
             deferred_pass: Duration::from_secs(1),
             settle: Duration::from_millis(50),
+            relist_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -110,7 +114,8 @@ pub struct Inputs<C> {
     pub communities: Store<Community>,
     pub namespaces: Store<Namespace>,
     pub services: Store<KubeService>,
-    pub config_changed: Arc<Notify>,
+    /// Coalesced changes of the pools, communities and namespaces.
+    pub config_changed: cluster_view::Changes,
     pub service_changes: C,
     pub leader: watch::Receiver<Leadership>,
 }
@@ -203,6 +208,12 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
         }
         loop {
             self.out.heartbeat.beat();
+            if self.term.is_none() {
+                let l = *self.inp.leader.borrow();
+                if l.leads(l.term, now()) {
+                    self.start_term(l.term).await;
+                }
+            }
             if self.term.is_some() {
                 if self.process().await == Err(Stop::TermOver) {
                     self.end_term("the lease term ended during a pass");
@@ -229,7 +240,7 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
                 .flatten()
                 .min();
             tokio::select! {
-                _ = self.inp.config_changed.notified() => {
+                _ = self.inp.config_changed.next() => {
                     // Let a burst (e.g. `kubectl apply` of many objects) settle.
                     tokio::time::sleep(self.timing.settle).await;
                     self.reconcile_config();
@@ -250,7 +261,8 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
                             self.end_term("a new lease term began");
                             self.start_term(l.term).await;
                         }
-                        (None, true) => self.start_term(l.term).await,
+                        // Started at the top of the loop.
+                        (None, true) => {}
                         (Some(_), false) => self.end_term("lost the lease"),
                         (None, false) => {}
                     }
@@ -268,13 +280,28 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
     }
 
     /// A new term: start over from a fresh list of the Services (the store
-    /// may be stale: its watch can be in backoff), as after a restart.
+    /// may be stale: its watch can be in backoff), as after a restart. When
+    /// the list does not come in time, the term is not started (the loop
+    /// tries again).
     async fn start_term(&mut self, term: u64) {
         tracing::info!(
             term,
             "leading: waiting for a fresh list of the Services before allocating"
         );
-        self.inp.service_changes.relist().await;
+        if tokio::time::timeout(
+            self.timing.relist_timeout,
+            self.inp.service_changes.relist(),
+        )
+        .await
+        .is_err()
+        {
+            tracing::warn!(
+                term,
+                timeout = ?self.timing.relist_timeout,
+                "no fresh list of the Services in time; trying again"
+            );
+            return;
+        }
         // The term may have ended while listing.
         if !self.inp.leader.borrow().leads(term, now()) {
             tracing::warn!(term, "the lease term ended before the list came");
@@ -332,25 +359,24 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
     /// Parses the pool configuration, reports it, and applies a new valid
     /// one to the allocator (then every Service is processed again).
     fn reconcile_config(&mut self) {
+        let pools = self.inp.pools.state();
+        // The writer of the pools' status learns what the server holds from the
+        // same cache (no second watch of the pools).
+        self.out
+            .pool_writer
+            .observe_all_objects(pools.iter().map(|p| {
+                (
+                    ObjectKey::new(
+                        p.metadata.namespace.clone().unwrap_or_default(),
+                        p.metadata.name.clone().unwrap_or_default(),
+                    ),
+                    status::Observed::status(p.status.clone().unwrap_or_default()),
+                )
+            }));
         let resources = pool_reconciler::resources(
-            self.inp
-                .pools
-                .state()
-                .iter()
-                .map(|p| (**p).clone())
-                .collect(),
-            self.inp
-                .communities
-                .state()
-                .iter()
-                .map(|c| (**c).clone())
-                .collect(),
-            self.inp
-                .namespaces
-                .state()
-                .iter()
-                .map(|n| (**n).clone())
-                .collect(),
+            pools,
+            self.inp.communities.state(),
+            self.inp.namespaces.state(),
         );
         let before = self.pools.last_valid().cloned();
         let result = match self.pools.reconcile(&resources) {

@@ -21,21 +21,19 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
-use config::api::v1beta1::{Community, ConfigurationState, IPAddressPool};
+use cluster_view::{Batch, ClusterView, Kind};
+use config::api::v1beta1::{ConfigurationState, IPAddressPool};
 use controller::driver::{Changes, Driver, Inputs, Outputs, ServiceChanges, Timing};
 use controller::edge::ServiceEdge;
 use controller::leader::{self, LEASE_NAME, LeaderElector, Leadership, LeaseConfig};
 use controller::metrics::ControllerMetrics;
 use daemon::health::{Heartbeat, Probes};
-use futures_util::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource};
+use kube::runtime::watcher;
+use kube::{Api, Client};
 use status::configuration_state::Component;
 use status::{FIELD_MANAGER_CONTROLLER, KubeStatusApi, StatusWriter, SystemClock, WriterConfig};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
@@ -180,34 +178,6 @@ fn main() -> Result<()> {
     r
 }
 
-/// A reflector over `api`, waking `changed` on every event. Runs until the
-/// stream ends (never: the watcher retries with backoff).
-fn reflect<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    changed: Arc<Notify>,
-) -> (Store<K>, impl Stream<Item = ()> + Send)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + for<'de> k8s_openapi::serde::Deserialize<'de>
-        + Send
-        + Sync
-        + 'static,
-{
-    let (store, writer) = reflector::store::<K>();
-    let kind = K::kind(&()).into_owned();
-    let stream =
-        reflector::reflector(writer, watcher(api, config).default_backoff()).map(move |event| {
-            match event {
-                Ok(_) => changed.notify_one(),
-                Err(e) => tracing::warn!(kind, error = %e, "watch failed; retrying with backoff"),
-            }
-        });
-    (store, stream)
-}
-
 async fn owner_reference(client: &Client, args: &Args, ns: &str) -> Option<OwnerReference> {
     if args.pod_name.is_empty() {
         return None;
@@ -248,122 +218,33 @@ fn namespace(args: &Args) -> Result<String> {
     Ok(ns.trim().to_owned())
 }
 
-/// The Service changes of the watch, coalesced by key (bounded: past
-/// [`MAX_PENDING_KEYS`] keys they collapse into one full pass), and re-lists
-/// on demand (the watch is restarted; the store is replaced when its new
-/// list is complete).
-#[derive(Clone)]
-struct WatchedServices {
-    shared: Arc<ServiceQueue>,
+/// The Service changes of the cluster view (coalesced by key, collapsed into a full
+/// pass past its bound), and fresh lists of the Services on demand.
+struct ViewServices {
+    view: Arc<ClusterView>,
 }
 
-const MAX_PENDING_KEYS: usize = 10_000;
-
-#[derive(Default)]
-struct ServiceQueue {
-    changes: std::sync::Mutex<Changes>,
-    notify: Notify,
-    /// Asks the watch task to start over with a fresh list.
-    relist: watch::Sender<u64>,
-    /// Lists completed (InitDone) since start.
-    lists: watch::Sender<u64>,
-}
-
-impl WatchedServices {
-    fn push(&self, key: Option<String>) {
-        let mut c = self
-            .shared
-            .changes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        match key {
-            Some(_) if c.full => {}
-            Some(k) => {
-                c.keys.insert(k);
-                if c.keys.len() > MAX_PENDING_KEYS {
-                    c.keys.clear();
-                    c.full = true;
-                }
-            }
-            None => {
-                c.keys.clear();
-                c.full = true;
-            }
-        }
-        drop(c);
-        self.shared.notify.notify_one();
-    }
-}
-
-impl ServiceChanges for WatchedServices {
+impl ServiceChanges for ViewServices {
     async fn next(&mut self) -> Option<Changes> {
-        loop {
-            let notified = self.shared.notify.notified();
-            {
-                let mut c = self
-                    .shared
-                    .changes
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                if c.full || !c.keys.is_empty() {
-                    return Some(std::mem::take(&mut *c));
-                }
-            }
-            notified.await;
-        }
+        Some(match self.view.service_changes().next().await {
+            Batch::All => Changes {
+                keys: Default::default(),
+                full: true,
+            },
+            Batch::Keys(keys) => Changes {
+                keys: keys.into_iter().collect(),
+                full: false,
+            },
+        })
     }
 
     async fn relist(&mut self) {
-        let mut lists = self.shared.lists.subscribe();
-        let before = *lists.borrow_and_update();
-        self.shared.relist.send_modify(|n| *n += 1);
-        // The store is complete again once a list started after this call
-        // is done (the watch replaces it atomically at InitDone).
-        let _ = lists.wait_for(|n| *n > before).await;
-    }
-}
-
-/// Watches every Service into `writer`, feeding `queue`; restarts the watch
-/// (a fresh list) whenever a re-list is asked for.
-async fn watch_services(
-    api: Api<Service>,
-    mut writer: reflector::store::Writer<Service>,
-    queue: WatchedServices,
-) {
-    let mut relist = queue.shared.relist.subscribe();
-    loop {
-        relist.borrow_and_update();
-        let mut stream =
-            std::pin::pin!(watcher(api.clone(), watcher::Config::default()).default_backoff());
-        loop {
-            tokio::select! {
-                changed = relist.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    tracing::info!("listing every Service again");
-                    break;
-                }
-                event = stream.next() => match event {
-                    None => return,
-                    Some(Ok(event)) => {
-                        writer.apply_watcher_event(&event);
-                        match &event {
-                            watcher::Event::Apply(s) | watcher::Event::Delete(s) => {
-                                queue.push(Some(controller::service::key_of(s)));
-                            }
-                            watcher::Event::InitDone => {
-                                queue.push(None);
-                                queue.shared.lists.send_modify(|n| *n += 1);
-                            }
-                            watcher::Event::Init | watcher::Event::InitApply(_) => {}
-                        }
-                    }
-                    Some(Err(e)) => {
-                        tracing::warn!(kind = "Service", error = %e, "watch failed; retrying with backoff");
-                    }
-                },
-            }
+        let Some(services) = self.view.services() else {
+            return;
+        };
+        if let Err(e) = services.relist().await {
+            tracing::error!(error = %e, "listing the Services again failed");
+            std::future::pending::<()>().await;
         }
     }
 }
@@ -433,7 +314,8 @@ async fn run(args: Args) -> Result<()> {
         watcher::Config::default().fields(&format!("metadata.name={}", component.name())),
     ));
 
-    // The status writer of the pools (status only; pools belong to the user).
+    // The status writer of the pools (status only; pools belong to the user). What
+    // the server holds comes from the cluster view's cache of the pools.
     let pool_writer: StatusWriter<IPAddressPool> = StatusWriter::new(
         WriterConfig::default(),
         Arc::new(SystemClock),
@@ -447,46 +329,19 @@ async fn run(args: Args) -> Result<()> {
         let stopped = stopped();
         async move { writer.run(api, stopped).await }
     });
-    let pool_status_watch = tokio::spawn(status::watch_into(
-        pool_writer.clone(),
-        Api::<IPAddressPool>::namespaced(client.clone(), &ns),
-        watcher::Config::default(),
-    ));
 
-    // The configuration.
-    let changed = Arc::new(Notify::new());
-    let (pools, pools_stream) = reflect(
-        Api::<IPAddressPool>::namespaced(client.clone(), &ns),
-        watcher::Config::default(),
-        changed.clone(),
+    // What the controller reads: pools and communities of its namespace, the cluster's
+    // Namespaces (label changes only) and Services, one watch each.
+    let view = Arc::new(
+        ClusterView::builder(client.clone(), &ns)
+            .kinds(Kind::CONTROLLER)
+            .start(),
     );
-    let (communities, communities_stream) = reflect(
-        Api::<Community>::namespaced(client.clone(), &ns),
-        watcher::Config::default(),
-        changed.clone(),
-    );
-    let (namespaces, namespaces_stream) = reflect(
-        Api::<Namespace>::all(client.clone()),
-        watcher::Config::default(),
-        changed.clone(),
-    );
-    // The Services, in every namespace: a key per change, a full pass per re-list.
-    let (services, services_writer) = reflector::store::<Service>();
-    let service_changes = WatchedServices {
-        shared: Arc::new(ServiceQueue::default()),
-    };
-    let services_task = tokio::spawn(watch_services(
-        Api::<Service>::all(client.clone()),
-        services_writer,
-        service_changes.clone(),
-    ));
-    let watches = tokio::spawn(async move {
-        let all = futures_util::stream::select(
-            pools_stream,
-            futures_util::stream::select(communities_stream, namespaces_stream),
-        );
-        all.for_each(|()| async {}).await;
-    });
+    const WATCHED: &str = "the cluster view watches it";
+    let pools = view.pools().context(WATCHED)?.store();
+    let communities = view.communities().context(WATCHED)?.store();
+    let namespaces = view.namespaces().context(WATCHED)?.store();
+    let services = view.services().context(WATCHED)?.store();
 
     // Only one controller allocates: the holder of the Lease.
     let (leader_tx, leader_rx) = watch::channel(Leadership::default());
@@ -534,8 +389,8 @@ async fn run(args: Args) -> Result<()> {
             communities,
             namespaces,
             services,
-            config_changed: changed,
-            service_changes,
+            config_changed: view.config_changes().clone(),
+            service_changes: ViewServices { view: view.clone() },
             leader: leader_rx,
         },
         Outputs {
@@ -565,10 +420,8 @@ async fn run(args: Args) -> Result<()> {
     let deadline = tokio::time::Instant::now() + args.shutdown_timeout;
     let left = || deadline.saturating_duration_since(tokio::time::Instant::now());
     let _ = stop_tx.send(true);
-    watches.abort();
-    services_task.abort();
+    drop(view);
     state_watch.abort();
-    pool_status_watch.abort();
     // The elector releases the Lease on stop, so a successor takes over at once.
     if let Some(task) = elector_task
         && tokio::time::timeout(left() / 2, task).await.is_err()

@@ -33,14 +33,14 @@ pub struct PoolReconciler {
 /// The [`Resources`] the pool reconciler parses: pools, communities and
 /// namespaces only (peers, advertisements and the rest are the speaker's).
 pub fn resources(
-    pools: Vec<IPAddressPool>,
-    communities: Vec<Community>,
-    namespaces: Vec<Namespace>,
+    pools: Vec<Arc<IPAddressPool>>,
+    communities: Vec<Arc<Community>>,
+    namespaces: Vec<Arc<Namespace>>,
 ) -> Resources {
     Resources {
-        pools: pools.into_iter().map(Arc::new).collect(),
-        communities: communities.into_iter().map(Arc::new).collect(),
-        namespaces: namespaces.into_iter().map(Arc::new).collect(),
+        pools,
+        communities,
+        namespaces,
         ..Resources::default()
     }
 }
@@ -88,8 +88,8 @@ mod tests {
     use config::api::v1beta1::IPAddressPoolSpec;
     use kube::api::ObjectMeta;
 
-    fn pool(name: &str, addresses: &[&str]) -> IPAddressPool {
-        IPAddressPool {
+    fn pool(name: &str, addresses: &[&str]) -> Arc<IPAddressPool> {
+        Arc::new(IPAddressPool {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some("metallb-system".into()),
@@ -100,7 +100,7 @@ mod tests {
                 ..Default::default()
             },
             status: None,
-        }
+        })
     }
 
     #[test]

@@ -427,7 +427,7 @@ fn start(setup: Setup) -> Harness {
             communities,
             namespaces,
             services,
-            config_changed: Arc::new(Notify::new()),
+            config_changed: cluster_view::Changes::new(16),
             service_changes: FakeChanges {
                 rx: changes_rx,
                 gate: gate_rx,
