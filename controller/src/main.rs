@@ -330,10 +330,7 @@ async fn run(args: Args) -> Result<()> {
     let client = Client::try_default()
         .await
         .context("building a Kubernetes client (in-cluster or KUBECONFIG)")?;
-    tracing::info!(
-        namespace = ns,
-        "controller starting (configuration state only; no Service allocation yet)"
-    );
+    tracing::info!(namespace = ns, "controller starting");
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = move || {
