@@ -17,10 +17,10 @@ pub struct MetricsArgs {
     /// Minimum TLS version of the metrics port: VersionTLS12 or VersionTLS13 (default).
     #[arg(long, default_value = "")]
     pub tls_min_version: String,
-    /// TLS 1.2 cipher suites (accepted for compatibility; rustls' safe defaults apply).
+    /// TLS 1.2 cipher suites (no effect yet: rustls' safe defaults apply).
     #[arg(long, default_value = "")]
     pub tls_cipher_suites: String,
-    /// TLS curve preferences (accepted for compatibility; rustls' safe defaults apply).
+    /// TLS curve preferences (no effect yet: rustls' safe defaults apply).
     #[arg(long, default_value = "")]
     pub tls_curve_preferences: String,
     /// Metrics TLS certificate directory (tls.crt, tls.key); default: self-signed.

@@ -33,8 +33,11 @@ pub struct Args {
     /// The router's AS number (equal to --my-asn for iBGP).
     #[arg(long)]
     pub peer_asn: u32,
-    /// File holding the TCP MD5 password (RFC 2385; not supported yet by
-    /// the transport: the session reports it as its error).
+    /// File holding the TCP MD5 password (RFC 2385): the file's content
+    /// without its trailing newline. The key is set with TCP_MD5SIG before
+    /// connecting; a key the kernel refuses (over 80 bytes, no
+    /// CONFIG_TCP_MD5SIG) is the session's error, and a password that differs
+    /// from the router's shows as connect timeouts.
     #[arg(long)]
     pub password_file: Option<PathBuf>,
     /// eBGP multihop: TTL 255 instead of 1.

@@ -30,6 +30,7 @@ pub mod cmd;
 pub mod cut;
 pub mod frr;
 pub mod gobgp;
+pub mod help;
 pub mod lab;
 pub mod lock;
 pub mod netns;
