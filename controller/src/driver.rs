@@ -85,6 +85,10 @@ pub struct Timing {
     /// Longest wait for the fresh list a new term starts from (then tried
     /// again while the term lasts).
     pub relist_timeout: Duration,
+    /// How many full passes may follow each other before the loop defers the
+    /// next one by `deferred_pass` (a pass that keeps asking for another one
+    /// is a bug; this keeps it from spinning, never from running).
+    pub max_chained_passes: usize,
 }
 
 impl Default for Timing {
@@ -96,14 +100,10 @@ impl Default for Timing {
             deferred_pass: Duration::from_secs(1),
             settle: Duration::from_millis(50),
             relist_timeout: Duration::from_secs(30),
+            max_chained_passes: 3,
         }
     }
 }
-
-/// How many full passes may follow each other before the loop defers the
-/// next one (a pass that keeps asking for another one is a bug; this keeps
-/// it from spinning, never from running).
-const MAX_CHAINED_PASSES: usize = 3;
 
 /// Conflicts in a row on one Service before it backs off like a failure.
 const MAX_CONFLICTS: u32 = 3;
@@ -471,7 +471,7 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
         let mut passes = 0;
         loop {
             if self.full_pass && self.deferred_until.is_none() {
-                if passes < MAX_CHAINED_PASSES {
+                if passes < self.timing.max_chained_passes {
                     self.full_pass = false;
                     passes += 1;
                     self.full_pass_once().await?;
