@@ -23,7 +23,7 @@
 //! deletes it with its pool but never sets it (it reads 0, or is absent). Here it is the
 //! number of Services allocated from the pool, as its help text says.
 
-use prometheus::{IntCounter, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{IntGaugeVec, Opts, Registry};
 
 use crate::alloc::PoolStats;
 
@@ -40,10 +40,7 @@ pub struct ControllerMetrics {
     ipv4_in_use: IntGaugeVec,
     ipv6_in_use: IntGaugeVec,
     services_allocated: IntGaugeVec,
-    updates: IntCounter,
-    update_errors: IntCounter,
-    config_loaded: IntGauge,
-    config_stale: IntGauge,
+    k8s: daemon::k8s_metrics::K8sClientMetrics,
 }
 
 fn pool_gauge(
@@ -54,18 +51,6 @@ fn pool_gauge(
     let g = IntGaugeVec::new(Opts::new(name, help), &[POOL_LABEL])?;
     registry.register(Box::new(g.clone()))?;
     Ok(g)
-}
-
-fn gauge(registry: &Registry, name: &str, help: &str) -> Result<IntGauge, prometheus::Error> {
-    let g = IntGauge::new(name, help)?;
-    registry.register(Box::new(g.clone()))?;
-    Ok(g)
-}
-
-fn counter(registry: &Registry, name: &str, help: &str) -> Result<IntCounter, prometheus::Error> {
-    let c = IntCounter::new(name, help)?;
-    registry.register(Box::new(c.clone()))?;
-    Ok(c)
 }
 
 impl ControllerMetrics {
@@ -108,26 +93,7 @@ impl ControllerMetrics {
                 "metallb_allocator_services_allocated_total",
                 "Number of services allocated, per pool",
             )?,
-            updates: counter(
-                registry,
-                "metallb_k8s_client_updates_total",
-                "Number of k8s object updates that have been processed.",
-            )?,
-            update_errors: counter(
-                registry,
-                "metallb_k8s_client_update_errors_total",
-                "Number of k8s object updates that failed for some reason.",
-            )?,
-            config_loaded: gauge(
-                registry,
-                "metallb_k8s_client_config_loaded_bool",
-                "1 if the MetalLB configuration was successfully loaded at least once.",
-            )?,
-            config_stale: gauge(
-                registry,
-                "metallb_k8s_client_config_stale_bool",
-                "1 if running on a stale configuration, because the latest config failed to load.",
-            )?,
+            k8s: daemon::k8s_metrics::K8sClientMetrics::register(registry)?,
         })
     }
 
@@ -172,27 +138,24 @@ impl ControllerMetrics {
         }
     }
 
-    /// A reconcile was processed and succeeded: `updates_total` + 1.
+    /// A reconcile was processed and succeeded.
     pub fn update_ok(&self) {
-        self.updates.inc();
+        self.k8s.update_ok();
     }
 
-    /// A reconcile was processed and failed: `updates_total` + 1 and
-    /// `update_errors_total` + 1 (MetalLB counts every processed update, then the failed
-    /// ones).
+    /// A reconcile was processed and failed.
     pub fn update_error(&self) {
-        self.updates.inc();
-        self.update_errors.inc();
+        self.k8s.update_error();
     }
 
-    /// Whether a configuration was loaded (MetalLB sets it once one is, and never back).
+    /// Whether a configuration was loaded.
     pub fn config_loaded(&self, loaded: bool) {
-        self.config_loaded.set(i64::from(loaded));
+        self.k8s.config_loaded(loaded);
     }
 
-    /// Whether the latest configuration failed to load (the previous one is still in use).
+    /// Whether the latest configuration failed to load.
     pub fn config_stale(&self, stale: bool) {
-        self.config_stale.set(i64::from(stale));
+        self.k8s.config_stale(stale);
     }
 }
 

@@ -8,10 +8,12 @@
 //! - [`health`]: `/healthz` (failing when the daemon's loop stops beating its
 //!   [`health::Heartbeat`]) and `/readyz`;
 //! - [`events`]: Kubernetes events with a deadline, never blocking a loop;
+//! - [`k8s_metrics`]: MetalLB's `metallb_k8s_client_*` metrics;
 //! - [`shutdown_signal`]: SIGTERM or SIGINT.
 
 pub mod events;
 pub mod health;
+pub mod k8s_metrics;
 pub mod logging;
 pub mod metrics;
 
