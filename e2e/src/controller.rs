@@ -28,6 +28,8 @@ const ROLE: &str = "metallb-rs:controller";
 /// A test's controller setup: namespace, RBAC, ServiceAccount kubeconfig, class.
 pub struct ControllerSetup {
     pub ns: TestNamespace,
+    /// `metallb-rs:controller` or `metallb-rs:speaker`.
+    pub role: String,
     /// The audit-log user of its ServiceAccount.
     pub user: String,
     /// Its `--lb-class`.
@@ -47,15 +49,28 @@ pub struct RunningController {
 impl Lab {
     /// Creates the namespace, RBAC and ServiceAccount of a controller for `test`.
     pub async fn controller_setup(&self, test: &str) -> Result<ControllerSetup> {
-        let bin = workspace_binary(self.repo(), "controller", "controller")?;
+        self.component_setup(test, "controller").await
+    }
+
+    /// The same for a speaker: a namespace of its own with a copy of deploy/rbac's
+    /// `metallb-rs:speaker` Role, bound with the deployed ClusterRole to a `speaker`
+    /// ServiceAccount of that namespace.
+    pub async fn speaker_setup(&self, test: &str) -> Result<ControllerSetup> {
+        self.component_setup(test, "speaker").await
+    }
+
+    async fn component_setup(&self, test: &str, component: &str) -> Result<ControllerSetup> {
+        let role = format!("metallb-rs:{component}");
+        let role = role.as_str();
+        let bin = workspace_binary(self.repo(), component, component)?;
         self.apply_deploy_rbac().await?;
         let test_ns = self.test_namespace(test).await?;
         let ns = test_ns.name.clone();
         let deployed = Api::<Role>::namespaced(self.client.clone(), METALLB_NAMESPACE)
-            .get(ROLE)
+            .get(role)
             .await?;
         let meta = || ObjectMeta {
-            name: Some(ROLE.into()),
+            name: Some(role.into()),
             namespace: Some(ns.clone()),
             ..Default::default()
         };
@@ -73,7 +88,7 @@ impl Lab {
                 &PostParams::default(),
                 &ServiceAccount {
                     metadata: ObjectMeta {
-                        name: Some("controller".into()),
+                        name: Some(component.into()),
                         namespace: Some(ns.clone()),
                         ..Default::default()
                     },
@@ -81,10 +96,10 @@ impl Lab {
                 },
             )
             .await?;
-        let user = format!("system:serviceaccount:{ns}:controller");
+        let user = format!("system:serviceaccount:{ns}:{component}");
         let subject = || Subject {
             kind: "ServiceAccount".into(),
-            name: "controller".into(),
+            name: component.into(),
             namespace: Some(ns.clone()),
             ..Default::default()
         };
@@ -93,13 +108,13 @@ impl Lab {
                 &PostParams::default(),
                 &ClusterRoleBinding {
                     metadata: ObjectMeta {
-                        name: Some(format!("{ROLE}:{ns}")),
+                        name: Some(format!("{role}:{ns}")),
                         ..Default::default()
                     },
                     role_ref: RoleRef {
                         api_group: Some("rbac.authorization.k8s.io".into()),
                         kind: "ClusterRole".into(),
-                        name: ROLE.into(),
+                        name: role.into(),
                     },
                     subjects: Some(vec![subject()]),
                 },
@@ -113,7 +128,7 @@ impl Lab {
                     role_ref: RoleRef {
                         api_group: Some("rbac.authorization.k8s.io".into()),
                         kind: "Role".into(),
-                        name: ROLE.into(),
+                        name: role.into(),
                     },
                     subjects: Some(vec![subject()]),
                 },
@@ -123,15 +138,20 @@ impl Lab {
             .await?;
         self.wait_allowed(&user, "create", "configurationstates.metallb.io", Some(&ns))
             .await?;
-        self.wait_allowed(&user, "create", "leases.coordination.k8s.io", Some(&ns))
-            .await?;
-        self.wait_allowed(&user, "patch", "services/status", None)
-            .await?;
+        if component == "controller" {
+            self.wait_allowed(&user, "create", "leases.coordination.k8s.io", Some(&ns))
+                .await?;
+            self.wait_allowed(&user, "patch", "services/status", None)
+                .await?;
+        } else {
+            self.wait_allowed(&user, "list", "nodes", None).await?;
+        }
         let dir = Process::scratch_dir(test)?;
         let kubeconfig = self
-            .service_account_kubeconfig(&dir, &ns, "controller")
+            .service_account_kubeconfig(&dir, &ns, component)
             .await?;
         Ok(ControllerSetup {
+            role: role.to_owned(),
             lb_class: format!("e2e.metallb-rs.io/{ns}"),
             ns: test_ns,
             user,
@@ -282,10 +302,60 @@ impl ControllerSetup {
         Ok((kubeconfig, user))
     }
 
+    /// Starts a speaker process for `node` named `name` (log `<dir>/<name>.log`), with
+    /// plain-HTTP metrics on a free port, and waits until `/readyz` answers 200 (its
+    /// watches are ready). Returns it with its metrics port.
+    pub async fn start_speaker(&self, name: &str, node: &str) -> Result<(RunningController, u16)> {
+        let health = free_port()?;
+        let metrics = free_port()?;
+        let (health_s, metrics_s) = (health.to_string(), metrics.to_string());
+        let args = [
+            "--log-format",
+            "text",
+            "--node-name",
+            node,
+            "--health-probe-port",
+            &health_s,
+            "--port",
+            &metrics_s,
+            "--metrics-bind-address",
+            "127.0.0.1",
+            "--metrics-insecure-http",
+        ];
+        let kubeconfig = self.kubeconfig.to_str().context("kubeconfig path")?;
+        let mut process = Process::spawn(
+            &self.bin,
+            &args,
+            &[
+                ("KUBECONFIG", kubeconfig),
+                ("METALLB_NAMESPACE", self.namespace()),
+            ],
+            &self.dir,
+            name,
+        )?;
+        let ready = wait_until(
+            &format!("{name} /readyz 200"),
+            Duration::from_secs(30),
+            || async {
+                match http_get(health, "/readyz").await {
+                    Ok(r) if r.starts_with("HTTP/1.1 200 ") => Ok(()),
+                    Ok(r) => Err(r.lines().next().unwrap_or_default().to_owned()),
+                    Err(e) => Err(e.to_string()),
+                }
+            },
+        )
+        .await;
+        if let Err(e) = ready {
+            process.check_running()?;
+            return Err(e.context(format!("{name} log:\n{}", process.log_text())));
+        }
+        Ok((RunningController { process, health }, metrics))
+    }
+
     /// Deletes the namespace and the ClusterRoleBindings.
     pub async fn delete(self) -> Result<()> {
         let crbs = Api::<ClusterRoleBinding>::all(self.client.clone());
-        let prefix = format!("{ROLE}:{}", self.ns.name);
+        let prefix = format!("{}:{}", self.role, self.ns.name);
         if let Ok(list) = crbs.list(&Default::default()).await {
             for crb in list.items {
                 let name = crb.metadata.name.unwrap_or_default();
@@ -298,11 +368,14 @@ impl ControllerSetup {
     }
 }
 
-/// A plain HTTP/1.1 GET on 127.0.0.1 (the health probes).
+/// A plain HTTP/1.1 GET on 127.0.0.1 (the health probes, plain-HTTP metrics), asking
+/// the server to close the connection after its answer.
 pub async fn http_get(port: u16, path: &str) -> Result<String> {
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes())
-        .await?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await?;
     let mut out = String::new();
     s.read_to_string(&mut out).await?;
     Ok(out)

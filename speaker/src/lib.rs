@@ -1,4 +1,17 @@
-//! metallb-rs speaker: decides what its node announces and drives the `bgp`,
+//! metallb-rs speaker: decides what its node announces and (next) drives the `bgp`,
 //! `bfd` and `arp-ndp` crates.
 //!
-//! Not built yet: see the speaker issues.
+//! What exists so far is the configuration half, pure and shared with `metallbctl`
+//! later:
+//!
+//! - [`node_config`]: the configuration as this node sees it (MetalLB's
+//!   `filterBGPPeersByNode` / `filterBGPAdvertisementsByNode`: BGPPeers and
+//!   BGPAdvertisements whose node selectors do not match the own Node are left out
+//!   before parsing; L2Advertisements are kept, every speaker needs all of them);
+//! - [`config_state`]: keeps the last good configuration when a new one is invalid,
+//!   and says what to report (ConfigurationState, `metallb_k8s_client_config_*`);
+//! - [`flags`]: MetalLB's `-flag` spelling next to `--flag`.
+
+pub mod config_state;
+pub mod flags;
+pub mod node_config;

@@ -13,4 +13,5 @@ mod metrics;
 mod nodes;
 mod rbac;
 mod samples;
+mod speaker;
 mod table;
