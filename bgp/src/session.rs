@@ -1223,7 +1223,7 @@ async fn writer(
                     Ok(Err(error)) => error,
                     Err(_) => std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
-                        format!("the socket took nothing for {deadline:?}"),
+                        format!("one message not written within {deadline:?}"),
                     ),
                 };
                 let _ = tx.send(Event::WriteFailed { conn, error }).await;
