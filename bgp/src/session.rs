@@ -50,14 +50,12 @@
 //!   set ([`Listeners::process`]), [`Session::spawn_with_listeners`] the
 //!   caller's. The registration lives as long as the session task.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
-use std::collections::VecDeque;
-use std::sync::Arc;
-
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc::error::TrySendError;
@@ -1262,6 +1260,51 @@ mod tests {
         let mut p = peer(64512, PeerAs::Fixed(64600));
         p.fsm.local_as = Some(64600);
         assert!(p.is_ibgp());
+    }
+
+    fn message(len: usize, t: u8) -> Bytes {
+        let mut m = vec![0xffu8; 16];
+        m.extend_from_slice(&u16::try_from(len).unwrap().to_be_bytes());
+        m.push(t);
+        m.resize(len, 0);
+        Bytes::from(m)
+    }
+
+    fn taken(rx: &mut mpsc::Receiver<WriterMsg>) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        while let Ok(WriterMsg::Data(m)) = rx.try_recv() {
+            out.push(m);
+        }
+        out
+    }
+
+    /// The writer gets at most [`WRITE_BUDGET`] (plus one message) beyond
+    /// what the socket took, the FSM's messages before waiting UPDATEs.
+    #[test]
+    fn outbox_feeds_control_first_within_the_budget() {
+        let (tx, mut rx) = mpsc::channel(WRITER_CHANNEL);
+        let mut out = Outbox::default();
+        let update = message(4096, 2);
+        out.updates.extend(std::iter::repeat_n(update.clone(), 40));
+        out.feed(&tx);
+        assert_eq!(out.in_flight, WRITE_BUDGET);
+        assert_eq!(taken(&mut rx).len(), WRITE_BUDGET / 4096);
+        assert_eq!(out.updates.len(), 40 - WRITE_BUDGET / 4096);
+        // Blocked: a KEEPALIVE waits, ahead of the UPDATEs.
+        let keepalive = message(19, 4);
+        assert!(is_keepalive(&keepalive) && !is_keepalive(&update));
+        out.control.push_back(keepalive.clone());
+        out.feed(&tx);
+        assert!(taken(&mut rx).is_empty());
+        // The socket takes one UPDATE: the KEEPALIVE goes first.
+        out.in_flight -= 4096;
+        out.feed(&tx);
+        let sent = taken(&mut rx);
+        assert_eq!(sent[0], keepalive);
+        assert!(sent[1..].iter().all(|m| *m == update));
+        assert!(out.in_flight >= WRITE_BUDGET && out.in_flight < WRITE_BUDGET + 4096);
+        assert!(out.control.is_empty());
+        assert!(!out.is_idle());
     }
 
     #[test]
