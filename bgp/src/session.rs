@@ -14,8 +14,29 @@
 //! - each connection has a reader task (raw bytes to the session task,
 //!   which frames and decodes them with the connection's current
 //!   [`DecodeContext`], so a `Negotiated` output applies before the next
-//!   frame) and a writer task (a FIFO of encoded messages; `Close` flushes
-//!   what was queued, bounded by [`CLOSE_FLUSH_TIMEOUT`], then closes);
+//!   frame) and a writer task (a FIFO of encoded messages, every write
+//!   bounded in time, each one reported when the socket has taken it;
+//!   `Close` flushes what was queued, bounded by [`CLOSE_FLUSH_TIMEOUT`],
+//!   then closes);
+//! - send-side backpressure: the session task hands the writer at most
+//!   [`WRITE_BUDGET`] bytes more than the socket has taken. What waits
+//!   beyond that stays with the session task, the FSM's messages (OPEN,
+//!   KEEPALIVE, NOTIFICATION; one KEEPALIVE waiting is enough) before the
+//!   UPDATEs; and the Adj-RIB-Out is drained again only once the socket
+//!   has taken everything of its previous drain. While a peer does not
+//!   read, changes therefore coalesce in the Adj-RIB-Out, one state per
+//!   prefix, and only the latest is sent when it reads again. The
+//!   markers of a drain (End-of-RIB, BoRR/EoRR) stay after its UPDATEs:
+//!   moved ahead, they would make the peer drop routes still on the way;
+//! - the RFC 9687 SendHoldTimer is the FSM's ([`Timer::SendHold`]): the
+//!   task reports output waiting and every message the socket takes
+//!   ([`Input::SendProgress`]); a peer that stops reading for the
+//!   SendHoldTime (`fsm::Config::send_hold_time`) gets Send Hold Timer
+//!   Expired (best effort) and the session goes Idle. The writer's own
+//!   bound on one write, [`write_deadline`], is a backstop behind it;
+//! - connections come from a [`Connector`]: [`TcpConnector`] unless
+//!   [`Session::spawn_with_connector`] gives another (tests run the whole
+//!   task over in-memory duplex streams);
 //! - each [`Timer`] is one sleeping task tagged with a generation, so an
 //!   expiry of a timer cancelled or restarted since is dropped;
 //! - the next hops: the session's local address for its family; for the
@@ -29,14 +50,15 @@
 //!   set ([`Listeners::process`]), [`Session::spawn_with_listeners`] the
 //!   caller's. The registration lives as long as the session task.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
@@ -47,11 +69,28 @@ use crate::listener::{ListenError, ListenEvent, ListenGuard, ListenKey, ListenRe
 use crate::metrics::{SessionMetrics, peer_label};
 use crate::rib_out::{AdjRibOut, Advertisement, SessionContext};
 use crate::state::{CapabilitiesState, LastError, SessionState};
-use crate::transport::{self, ConnectOptions, InterfaceInfo, TransportError};
+use crate::transport::{
+    self, ConnectOptions, Connection, Connector, InterfaceInfo, TcpConnector, TransportError,
+};
 use crate::wire::{DecodeContext, EncodeContext, Message, MessageType, NextHop, frame};
 
 /// How long closing a connection may take to flush what was queued.
 pub const CLOSE_FLUSH_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Bytes handed to a connection's writer beyond what its socket has taken
+/// (the bounded buffer in front of the socket send buffer).
+pub const WRITE_BUDGET: usize = 64 * 1024;
+
+/// Messages the writer's channel holds (the byte budget is the real bound).
+const WRITER_CHANNEL: usize = 1024;
+
+/// The writer's bound on one message write: the SendHoldTime (RFC 9687) of
+/// `fsm` before negotiation (never shorter than the negotiated one) plus
+/// [`CLOSE_FLUSH_TIMEOUT`], so that the FSM's SendHoldTimer, which also
+/// sends the NOTIFICATION, normally fires first.
+pub fn write_deadline(fsm: &fsm::Config) -> Duration {
+    fsm.send_hold_duration(fsm.hold_time().seconds()) + CLOSE_FLUSH_TIMEOUT
+}
 
 /// One peer's configuration for the driver.
 #[derive(Clone, PartialEq, Eq)]
@@ -188,7 +227,7 @@ enum Close {
 enum Event {
     Connected {
         conn: ConnId,
-        result: Result<TcpStream, TransportError>,
+        result: Result<Connection, TransportError>,
     },
     Accepted(TcpStream),
     ListenFailed(ListenError),
@@ -203,6 +242,11 @@ enum Event {
     WriteFailed {
         conn: ConnId,
         error: std::io::Error,
+    },
+    /// The socket took a message of `bytes` bytes.
+    Written {
+        conn: ConnId,
+        bytes: usize,
     },
     TimerFired {
         timer: Timer,
@@ -245,6 +289,17 @@ impl Session {
         metrics: Option<SessionMetrics>,
         listeners: Listeners,
     ) -> Result<Self, SessionError> {
+        Self::spawn_with_connector(config, metrics, listeners, Arc::new(TcpConnector))
+    }
+
+    /// [`Session::spawn_with_listeners`] with outgoing connections opened
+    /// by `connector` (e.g. in-memory streams in tests) instead of TCP.
+    pub fn spawn_with_connector(
+        config: PeerConfig,
+        metrics: Option<SessionMetrics>,
+        listeners: Listeners,
+        connector: Arc<dyn Connector>,
+    ) -> Result<Self, SessionError> {
         let fsm = fsm::Session::new(config.fsm.clone())?;
         let now = SystemTime::now();
         let state = SessionState::new(peer_label(config.peer), now);
@@ -268,6 +323,7 @@ impl Session {
             established: None,
             passive_seq: 0,
             listeners,
+            connector,
             listen_guard: None,
             listener: None,
             closing: Vec::new(),
@@ -364,9 +420,61 @@ struct Conn {
     decode: DecodeContext,
     encode: EncodeContext,
     params: Option<SessionParams>,
-    writer: mpsc::UnboundedSender<WriterMsg>,
+    writer: mpsc::Sender<WriterMsg>,
     writer_task: JoinHandle<()>,
     reader_task: JoinHandle<()>,
+    out: Outbox,
+}
+
+/// What waits to be written on one connection (see the module
+/// documentation).
+#[derive(Debug, Default)]
+struct Outbox {
+    /// The FSM's messages: handed to the writer first.
+    control: VecDeque<Bytes>,
+    /// The rest of the Adj-RIB-Out's last drain, in order.
+    updates: VecDeque<Bytes>,
+    /// Bytes handed to the writer and not taken by the socket yet.
+    in_flight: usize,
+    /// The FSM was told that output waits ([`Input::SendProgress`]).
+    waiting: bool,
+}
+
+/// A KEEPALIVE is the bare 19-byte header of type 4.
+fn is_keepalive(m: &Bytes) -> bool {
+    m.len() == 19 && m[18] == 4
+}
+
+impl Outbox {
+    /// Nothing waits and the socket has taken everything.
+    fn is_idle(&self) -> bool {
+        self.control.is_empty() && self.updates.is_empty() && self.in_flight == 0
+    }
+
+    /// Hands messages to the writer, control first, while under
+    /// [`WRITE_BUDGET`].
+    fn feed(&mut self, writer: &mpsc::Sender<WriterMsg>) {
+        while self.in_flight < WRITE_BUDGET {
+            let queue = if self.control.is_empty() {
+                &mut self.updates
+            } else {
+                &mut self.control
+            };
+            let Some(m) = queue.pop_front() else {
+                return;
+            };
+            let len = m.len();
+            match writer.try_send(WriterMsg::Data(m)) {
+                Ok(()) => self.in_flight += len,
+                Err(TrySendError::Full(WriterMsg::Data(m))) => {
+                    queue.push_front(m);
+                    return;
+                }
+                // The writer is gone: WriteFailed or ReadClosed says why.
+                Err(_) => return,
+            }
+        }
+    }
 }
 
 struct Driver {
@@ -385,6 +493,7 @@ struct Driver {
     established: Option<(ConnId, SessionContext)>,
     passive_seq: u64,
     listeners: Listeners,
+    connector: Arc<dyn Connector>,
     /// The registration on the shared listener; dropping it deregisters.
     listen_guard: Option<ListenGuard>,
     /// Forwards the registration's events to the session task.
@@ -664,35 +773,73 @@ impl Driver {
         Some(ctx)
     }
 
-    /// Writes what the Adj-RIB-Out has pending, when Established.
+    /// Writes what the Adj-RIB-Out has pending, when Established and the
+    /// socket has taken everything of the previous drain (otherwise the
+    /// changes wait, coalesced, for [`Event::Written`]).
     fn drain(&mut self) {
-        let Some((conn, ctx)) = &self.established else {
-            return;
-        };
-        let conn = *conn;
-        if !self.rib.has_pending() && self.rib.initial_sync_done() {
-            return;
-        }
-        if !self.rib.is_up() {
-            return;
-        }
-        let messages = self.rib.drain(ctx);
-        let mut updates = false;
-        for m in messages {
-            if self.state.sent.record_encoded(&m) == Some(MessageType::Update) {
-                updates = true;
-            }
-            self.write(conn, m);
-        }
-        if updates {
-            self.input(Input::UpdateSent { conn });
+        if let Some((conn, _)) = &self.established {
+            self.pump(*conn);
         }
     }
 
+    /// Moves output of `conn` towards the socket: drains the Adj-RIB-Out
+    /// when nothing of its previous drain waits (Established connection
+    /// only), hands the writer what the budget allows and tells the FSM
+    /// when output starts or stops waiting.
+    fn pump(&mut self, conn: ConnId) {
+        let idle = self.conns.get(&conn).is_some_and(|c| c.out.is_idle());
+        if idle
+            && let Some((est, ctx)) = &self.established
+            && *est == conn
+            && self.rib.has_pending()
+        {
+            let messages = self.rib.drain(ctx);
+            let mut updates = false;
+            for m in &messages {
+                if self.state.sent.record_encoded(m) == Some(MessageType::Update) {
+                    updates = true;
+                }
+            }
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.out.updates.extend(messages);
+            }
+            if updates {
+                self.input(Input::UpdateSent { conn });
+            }
+        }
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        c.out.feed(&c.writer);
+        let waiting = !c.out.is_idle();
+        if waiting != c.out.waiting {
+            c.out.waiting = waiting;
+            self.input(Input::SendProgress { conn, waiting });
+        }
+    }
+
+    /// The socket of `conn` took `bytes`: progress (the SendHoldTimer
+    /// restarts while output still waits), and room for more.
+    fn written(&mut self, conn: ConnId, bytes: usize) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        c.out.in_flight = c.out.in_flight.saturating_sub(bytes);
+        let was_waiting = c.out.waiting;
+        self.pump(conn);
+        if was_waiting && self.conns.get(&conn).is_some_and(|c| c.out.waiting) {
+            self.input(Input::SendProgress {
+                conn,
+                waiting: true,
+            });
+        }
+    }
+
+    /// Queues one of the FSM's messages (ahead of UPDATEs).
     fn write(&mut self, conn: ConnId, bytes: Bytes) {
-        if let Some(c) = self.conns.get(&conn) {
-            // A closed writer shows up as WriteFailed / ReadClosed.
-            let _ = c.writer.send(WriterMsg::Data(bytes));
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.out.control.push_back(bytes);
+            self.pump(conn);
         }
     }
 
@@ -700,6 +847,10 @@ impl Driver {
         let Some(c) = self.conns.get(&conn) else {
             return;
         };
+        if matches!(message, Message::Keepalive) && c.out.control.iter().any(is_keepalive) {
+            // One KEEPALIVE waiting for the socket is enough.
+            return;
+        }
         let mut out = BytesMut::new();
         if let Err(e) = message.encode(&c.encode, &mut out) {
             self.set_error(LastError::session(
@@ -729,8 +880,9 @@ impl Driver {
     fn connect(&mut self, conn: ConnId) {
         let opts = self.connect_options();
         let tx = self.ev_tx.clone();
+        let connector = Arc::clone(&self.connector);
         let h = tokio::spawn(async move {
-            let result = transport::connect(&opts).await;
+            let result = connector.connect(opts).await;
             let _ = tx.send(Event::Connected { conn, result }).await;
         });
         if let Some(old) = self.connecting.insert(conn, h) {
@@ -751,9 +903,16 @@ impl Driver {
                 self.set_error(LastError::session(text, SystemTime::now()));
             }
         }
-        if let Some(c) = self.conns.remove(&conn) {
+        if let Some(mut c) = self.conns.remove(&conn) {
             c.reader_task.abort();
-            let _ = c.writer.send(WriterMsg::Close);
+            // The FSM's last messages (a NOTIFICATION) still go, best
+            // effort; UPDATEs not handed to the writer are dropped.
+            for m in c.out.control.drain(..) {
+                let _ = c.writer.try_send(WriterMsg::Data(m));
+            }
+            // When full, the writer ends once it has written what it has
+            // (the channel closes with `c`), or is aborted below.
+            let _ = c.writer.try_send(WriterMsg::Close);
             let writer = c.writer_task;
             // Bounded flush: abort a writer stuck on a full socket.
             let abort = writer.abort_handle();
@@ -782,18 +941,14 @@ impl Driver {
     fn attach(
         &mut self,
         conn: ConnId,
-        stream: TcpStream,
-    ) -> Option<(SocketAddr, SocketAddr, Option<InterfaceInfo>)> {
-        let addrs = stream
-            .local_addr()
-            .and_then(|l| Ok((l, stream.peer_addr()?)));
-        let (local, remote) = match addrs {
-            Ok(a) => a,
-            Err(e) => {
-                self.set_error(LastError::socket("getsockname", &e, SystemTime::now()));
-                return None;
-            }
-        };
+        connection: Connection,
+    ) -> (SocketAddr, SocketAddr, Option<InterfaceInfo>) {
+        let Connection {
+            local,
+            remote,
+            read,
+            write,
+        } = connection;
         let interface = match transport::interface_of(local.ip()) {
             Ok(i) => i,
             Err(e) => {
@@ -801,9 +956,9 @@ impl Driver {
                 None
             }
         };
-        let (read, write) = stream.into_split();
-        let (wtx, wrx) = mpsc::unbounded_channel();
-        let writer_task = tokio::spawn(writer(conn, write, wrx, self.ev_tx.clone()));
+        let (wtx, wrx) = mpsc::channel(WRITER_CHANNEL);
+        let deadline = write_deadline(&self.config.fsm);
+        let writer_task = tokio::spawn(writer(conn, write, wrx, self.ev_tx.clone(), deadline));
         let reader_task = tokio::spawn(reader(conn, read, self.ev_tx.clone()));
         self.conns.insert(
             conn,
@@ -817,9 +972,10 @@ impl Driver {
                 writer: wtx,
                 writer_task,
                 reader_task,
+                out: Outbox::default(),
             },
         );
-        Some((local, remote, interface))
+        (local, remote, interface)
     }
 
     fn event(&mut self, ev: Event) {
@@ -829,15 +985,15 @@ impl Driver {
                     return; // abandoned attempt
                 }
                 match result {
-                    Ok(stream) => match self.attach(conn, stream) {
-                        Some((local, remote, iface)) => self.input(Input::TcpCrAcked {
+                    Ok(connection) => {
+                        let (local, remote, iface) = self.attach(conn, connection);
+                        self.input(Input::TcpCrAcked {
                             conn,
                             local,
                             remote,
                             interface_v4: iface.and_then(|i| i.ipv4),
-                        }),
-                        None => self.input(Input::TcpConnectionFails { conn }),
-                    },
+                        });
+                    }
                     Err(e) => {
                         let now = SystemTime::now();
                         let mut err = match &e {
@@ -866,20 +1022,24 @@ impl Driver {
                 }
             }
             Event::Accepted(stream) => {
-                if let Err(e) = transport::configure_accepted(&stream, self.config.ttl()) {
-                    self.set_error(LastError::session(e.to_string(), SystemTime::now()));
-                    return;
-                }
+                let connection = transport::configure_accepted(&stream, self.config.ttl())
+                    .and_then(|()| Connection::tcp(stream));
+                let connection = match connection {
+                    Ok(c) => c,
+                    Err(e) => {
+                        self.set_error(LastError::session(e.to_string(), SystemTime::now()));
+                        return;
+                    }
+                };
                 self.passive_seq += 1;
                 let conn = ConnId::passive(self.passive_seq);
-                if let Some((local, remote, iface)) = self.attach(conn, stream) {
-                    self.input(Input::TcpConnectionConfirmed {
-                        conn,
-                        local,
-                        remote,
-                        interface_v4: iface.and_then(|i| i.ipv4),
-                    });
-                }
+                let (local, remote, iface) = self.attach(conn, connection);
+                self.input(Input::TcpConnectionConfirmed {
+                    conn,
+                    local,
+                    remote,
+                    interface_v4: iface.and_then(|i| i.ipv4),
+                });
             }
             Event::ListenFailed(e) => {
                 self.set_error(LastError::session(e.to_string(), SystemTime::now()));
@@ -905,6 +1065,7 @@ impl Driver {
                 self.set_error(LastError::socket("write", &error, SystemTime::now()));
                 self.input(Input::TcpConnectionFails { conn });
             }
+            Event::Written { conn, bytes } => self.written(conn, bytes),
             Event::TimerFired { timer, generation } => {
                 if self.timers.get(&timer).map(|(g, _)| *g) != Some(generation) {
                     return; // cancelled or restarted since
@@ -1003,7 +1164,11 @@ fn on_connected_subnet(peer: IpAddr) -> bool {
     false
 }
 
-async fn reader(conn: ConnId, mut read: OwnedReadHalf, tx: mpsc::Sender<Event>) {
+async fn reader(
+    conn: ConnId,
+    mut read: Box<dyn AsyncRead + Send + Unpin>,
+    tx: mpsc::Sender<Event>,
+) {
     let mut buf = vec![0u8; 65536];
     loop {
         match read.read(&mut buf).await {
@@ -1030,23 +1195,41 @@ async fn reader(conn: ConnId, mut read: OwnedReadHalf, tx: mpsc::Sender<Event>) 
     }
 }
 
+/// Writes each message within `deadline`, reporting it once the socket
+/// has taken it.
 async fn writer(
     conn: ConnId,
-    mut write: OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<WriterMsg>,
+    mut write: Box<dyn AsyncWrite + Send + Unpin>,
+    mut rx: mpsc::Receiver<WriterMsg>,
     tx: mpsc::Sender<Event>,
+    deadline: Duration,
 ) {
     while let Some(msg) = rx.recv().await {
         match msg {
             WriterMsg::Data(bytes) => {
-                if let Err(error) = write.write_all(&bytes).await {
-                    let _ = tx.send(Event::WriteFailed { conn, error }).await;
-                    return;
-                }
+                let error = match tokio::time::timeout(deadline, write.write_all(&bytes)).await {
+                    Ok(Ok(())) => {
+                        let written = Event::Written {
+                            conn,
+                            bytes: bytes.len(),
+                        };
+                        if tx.send(written).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    Ok(Err(error)) => error,
+                    Err(_) => std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("one message not written within {deadline:?}"),
+                    ),
+                };
+                let _ = tx.send(Event::WriteFailed { conn, error }).await;
+                return;
             }
             WriterMsg::Close => {
                 // Best effort: the connection is being dropped anyway.
-                let _ = write.shutdown().await;
+                let _ = tokio::time::timeout(CLOSE_FLUSH_TIMEOUT, write.shutdown()).await;
                 return;
             }
         }
@@ -1077,6 +1260,51 @@ mod tests {
         let mut p = peer(64512, PeerAs::Fixed(64600));
         p.fsm.local_as = Some(64600);
         assert!(p.is_ibgp());
+    }
+
+    fn message(len: usize, t: u8) -> Bytes {
+        let mut m = vec![0xffu8; 16];
+        m.extend_from_slice(&u16::try_from(len).unwrap().to_be_bytes());
+        m.push(t);
+        m.resize(len, 0);
+        Bytes::from(m)
+    }
+
+    fn taken(rx: &mut mpsc::Receiver<WriterMsg>) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        while let Ok(WriterMsg::Data(m)) = rx.try_recv() {
+            out.push(m);
+        }
+        out
+    }
+
+    /// The writer gets at most [`WRITE_BUDGET`] (plus one message) beyond
+    /// what the socket took, the FSM's messages before waiting UPDATEs.
+    #[test]
+    fn outbox_feeds_control_first_within_the_budget() {
+        let (tx, mut rx) = mpsc::channel(WRITER_CHANNEL);
+        let mut out = Outbox::default();
+        let update = message(4096, 2);
+        out.updates.extend(std::iter::repeat_n(update.clone(), 40));
+        out.feed(&tx);
+        assert_eq!(out.in_flight, WRITE_BUDGET);
+        assert_eq!(taken(&mut rx).len(), WRITE_BUDGET / 4096);
+        assert_eq!(out.updates.len(), 40 - WRITE_BUDGET / 4096);
+        // Blocked: a KEEPALIVE waits, ahead of the UPDATEs.
+        let keepalive = message(19, 4);
+        assert!(is_keepalive(&keepalive) && !is_keepalive(&update));
+        out.control.push_back(keepalive.clone());
+        out.feed(&tx);
+        assert!(taken(&mut rx).is_empty());
+        // The socket takes one UPDATE: the KEEPALIVE goes first.
+        out.in_flight -= 4096;
+        out.feed(&tx);
+        let sent = taken(&mut rx);
+        assert_eq!(sent[0], keepalive);
+        assert!(sent[1..].iter().all(|m| *m == update));
+        assert!(out.in_flight >= WRITE_BUDGET && out.in_flight < WRITE_BUDGET + 4096);
+        assert!(out.control.is_empty());
+        assert!(!out.is_idle());
     }
 
     #[test]

@@ -34,12 +34,15 @@
 //! router ID rule.
 
 use std::fmt;
+use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsFd;
+use std::pin::Pin;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 /// The TTL / hop limit of iBGP sessions and multihop eBGP sessions.
@@ -232,6 +235,63 @@ pub async fn connect(opts: &ConnectOptions) -> Result<TcpStream, TransportError>
             peer: opts.peer,
             timeout: opts.timeout,
         }),
+    }
+}
+
+/// The byte streams of one session connection, as the session driver uses
+/// them: a TCP connection ([`Connection::tcp`]), or any other transport
+/// with addresses, e.g. an in-memory duplex in tests.
+pub struct Connection {
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    pub read: Box<dyn AsyncRead + Send + Unpin>,
+    pub write: Box<dyn AsyncWrite + Send + Unpin>,
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("local", &self.local)
+            .field("remote", &self.remote)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    /// A connected TCP stream, split.
+    pub fn tcp(stream: TcpStream) -> Result<Self, TransportError> {
+        let local = stream
+            .local_addr()
+            .map_err(TransportError::socket("getsockname"))?;
+        let remote = stream
+            .peer_addr()
+            .map_err(TransportError::socket("getpeername"))?;
+        let (read, write) = stream.into_split();
+        Ok(Self {
+            local,
+            remote,
+            read: Box::new(read),
+            write: Box::new(write),
+        })
+    }
+}
+
+/// A future returned by [`Connector::connect`].
+pub type ConnectFuture = Pin<Box<dyn Future<Output = Result<Connection, TransportError>> + Send>>;
+
+/// Opens the outgoing connections of sessions: [`TcpConnector`] in
+/// production; tests give the session driver an in-memory one.
+pub trait Connector: Send + Sync + 'static {
+    fn connect(&self, opts: ConnectOptions) -> ConnectFuture;
+}
+
+/// [`connect`]: real TCP with every option of the module documentation.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TcpConnector;
+
+impl Connector for TcpConnector {
+    fn connect(&self, opts: ConnectOptions) -> ConnectFuture {
+        Box::pin(async move { Connection::tcp(connect(&opts).await?) })
     }
 }
 

@@ -965,6 +965,101 @@ fn hold_timer_expiry_sends_hold_timer_expired() {
     );
 }
 
+/// RFC 9687: output waiting for the socket arms the SendHoldTimer, every
+/// write that makes progress restarts it, an empty queue stops it; its
+/// expiry closes with Send Hold Timer Expired (8/0) and goes Idle, from
+/// OpenSent, OpenConfirm and Established alike.
+#[test]
+fn send_hold_timer_runs_while_output_waits_and_expires_to_idle() {
+    let waiting = |conn| Input::SendProgress {
+        conn,
+        waiting: true,
+    };
+    // Default: max(8 min, 2 x hold time); the negotiated hold time once
+    // known (90 s here), ours before.
+    let mut s = at(config(), FsmState::Established);
+    let out = s.process(waiting(A1));
+    assert_eq!(
+        timer_set(&out, Timer::SendHold { conn: A1 }),
+        Some(Duration::from_secs(480))
+    );
+    // Progress with output still waiting restarts it.
+    let out = s.process(waiting(A1));
+    assert_eq!(
+        timer_set(&out, Timer::SendHold { conn: A1 }),
+        Some(Duration::from_secs(480))
+    );
+    // Everything written: stopped, and a late expiry is stale.
+    let out = s.process(Input::SendProgress {
+        conn: A1,
+        waiting: false,
+    });
+    assert!(timer_cancelled(&out, Timer::SendHold { conn: A1 }));
+    assert!(
+        s.process(Input::SendHoldTimerExpired { conn: A1 })
+            .is_empty()
+    );
+    assert_eq!(s.state(), FsmState::Established);
+
+    let mut c = config();
+    c.hold_time = Some(300);
+    let mut s = at(c.clone(), FsmState::OpenSent);
+    let out = s.process(waiting(A1));
+    assert_eq!(
+        timer_set(&out, Timer::SendHold { conn: A1 }),
+        Some(Duration::from_secs(600))
+    );
+
+    c.send_hold_time = Some(2);
+    for state in [
+        FsmState::OpenSent,
+        FsmState::OpenConfirm,
+        FsmState::Established,
+    ] {
+        let mut s = at(c.clone(), state);
+        let out = s.process(waiting(A1));
+        assert_eq!(
+            timer_set(&out, Timer::SendHold { conn: A1 }),
+            Some(Duration::from_secs(2)),
+            "{state:?}"
+        );
+        let out = s.process(Input::SendHoldTimerExpired { conn: A1 });
+        assert_eq!(
+            sent(&out),
+            vec![(A1, Notification::SendHoldTimerExpired)],
+            "{state:?}"
+        );
+        assert!(closed(&out).contains(&A1), "{state:?}");
+        assert_eq!(s.state(), FsmState::Idle, "{state:?}");
+        assert_eq!(s.connect_retry_counter(), 1, "{state:?}");
+        if state == FsmState::Established {
+            assert_eq!(
+                session_down(&out),
+                Some(Output::SessionDown {
+                    conn: A1,
+                    reason: DownReason::SendHoldTimerExpired,
+                    notification: Some(bgp::fsm::NotificationEvent::sent(
+                        Notification::SendHoldTimerExpired
+                    )),
+                    was_established: true,
+                })
+            );
+        }
+    }
+    // Closing a connection stops its SendHoldTimer.
+    let mut s = at(c.clone(), FsmState::Established);
+    s.process(waiting(A1));
+    let out = s.process(Input::TcpConnectionFails { conn: A1 });
+    assert!(timer_cancelled(&out, Timer::SendHold { conn: A1 }));
+    assert!(!s.armed_timers().contains(&Timer::SendHold { conn: A1 }));
+    // 0 is refused.
+    c.send_hold_time = Some(0);
+    assert!(matches!(
+        Session::new(c),
+        Err(bgp::fsm::ConfigError::SendHoldTimeZero)
+    ));
+}
+
 // ----------------------------------------------------------------------
 // Connect retry
 // ----------------------------------------------------------------------

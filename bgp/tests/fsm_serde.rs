@@ -199,6 +199,11 @@ fn all_inputs() -> Vec<Input> {
             },
         },
         Input::UpdateSent { conn: A1 },
+        Input::SendProgress {
+            conn: A1,
+            waiting: true,
+        },
+        Input::SendHoldTimerExpired { conn: P1 },
     ]
 }
 

@@ -15,6 +15,9 @@ use crate::wire::{
 pub const DEFAULT_HOLD_TIME: u16 = 90;
 /// The hold timer of OpenSent (RFC 4271 8.2.2 suggests 4 minutes).
 pub const OPEN_SENT_HOLD_TIME: Duration = Duration::from_secs(240);
+/// The least SendHoldTime when none is configured (RFC 9687: 8 minutes, or
+/// twice the hold time when that is longer).
+pub const DEFAULT_SEND_HOLD_TIME: Duration = Duration::from_secs(480);
 /// The first connect retry delay of the exponential schedule.
 pub const CONNECT_RETRY_INITIAL: Duration = Duration::from_secs(1);
 /// The cap of the exponential connect retry schedule.
@@ -79,6 +82,8 @@ impl RequiredCapability {
 pub enum ConfigError {
     #[error("hold time of {0} s is not allowed: use 0 (no keepalives) or at least 3 s")]
     HoldTime(u16),
+    #[error("send hold time of 0 s is not allowed: leave it unset for the RFC 9687 default")]
+    SendHoldTimeZero,
     #[error("keepalive time of {keepalive} s is longer than the hold time of {hold} s")]
     KeepaliveAboveHold { keepalive: u16, hold: u16 },
     #[error("connect time must be at least 1 s")]
@@ -119,6 +124,13 @@ pub struct Config {
     /// `keepaliveTime` in seconds; the keepalive interval is the smaller of
     /// this and a third of the negotiated hold time. 0 counts as unset.
     pub keepalive_time: Option<u16>,
+    /// SendHoldTime in seconds (RFC 9687, not negotiated): how long output
+    /// may wait for a peer that stopped reading before the session closes
+    /// with Send Hold Timer Expired. Unset: the larger of
+    /// [`DEFAULT_SEND_HOLD_TIME`] and twice the hold time (the negotiated
+    /// one once known, else ours). 0 is refused.
+    #[serde(default)]
+    pub send_hold_time: Option<u32>,
     /// `connectTime` in seconds: a fixed connect retry interval. Unset:
     /// exponential from [`CONNECT_RETRY_INITIAL`] doubling to
     /// [`CONNECT_RETRY_MAX`].
@@ -167,6 +179,7 @@ impl Config {
             node_name: node_name.into(),
             hold_time: None,
             keepalive_time: None,
+            send_hold_time: None,
             connect_time: None,
             passive_tcp_establishment: false,
             allow_automatic_start: true,
@@ -201,6 +214,9 @@ impl Config {
                 keepalive: k,
                 hold: hold.seconds(),
             });
+        }
+        if self.send_hold_time == Some(0) {
+            return Err(ConfigError::SendHoldTimeZero);
         }
         if self.connect_time == Some(0) {
             return Err(ConfigError::ConnectTimeZero);
@@ -267,6 +283,17 @@ impl Config {
         self.hold_time
             .and_then(HoldTime::new)
             .unwrap_or(HoldTime::DEFAULT)
+    }
+
+    /// The SendHoldTime (RFC 9687) of a connection whose hold time is
+    /// `hold` seconds (the negotiated one, or ours before the OPENs):
+    /// [`Config::send_hold_time`] when set, else the larger of
+    /// [`DEFAULT_SEND_HOLD_TIME`] and twice `hold`.
+    pub fn send_hold_duration(&self, hold: u16) -> Duration {
+        match self.send_hold_time {
+            Some(s) => Duration::from_secs(u64::from(s)),
+            None => DEFAULT_SEND_HOLD_TIME.max(Duration::from_secs(2 * u64::from(hold))),
+        }
     }
 
     /// The capabilities we offer. The 4-octet AS capability is always

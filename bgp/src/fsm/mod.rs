@@ -38,6 +38,13 @@
 //!   Established after a restart, End-of-RIB after the first round of
 //!   UPDATEs (the Adj-RIB-Out's). As the receiving speaker there is nothing
 //!   to keep: a load-balancer speaker imports nothing.
+//! - RFC 9687's SendHoldTimer ([`Timer::SendHold`]): the driver reports
+//!   its output waiting for the socket and every write that makes progress
+//!   ([`Input::SendProgress`]); when nothing is written for the
+//!   SendHoldTime ([`Config::send_hold_time`], default the larger of
+//!   [`DEFAULT_SEND_HOLD_TIME`] and twice the hold time) the connection
+//!   closes with Send Hold Timer Expired (8/0, best effort) and the
+//!   session goes Idle, in OpenSent, OpenConfirm and Established alike.
 //! - RFC 6608 FSM errors, Hold Timer Expired, and RFC 7606 session resets
 //!   for received UPDATEs ([`crate::wire::validate_update`]).
 //! - [`router_id`]: MetalLB's rule for the BGP Identifier.
@@ -114,7 +121,7 @@ pub use crate::state::FsmState;
 pub use collision::collision_winner;
 pub use config::{
     CONNECT_RETRY_INITIAL, CONNECT_RETRY_MAX, Config, ConfigError, DEFAULT_HOLD_TIME,
-    MAX_RESTART_TIME, OPEN_SENT_HOLD_TIME, PeerAs, RequiredCapability,
+    DEFAULT_SEND_HOLD_TIME, MAX_RESTART_TIME, OPEN_SENT_HOLD_TIME, PeerAs, RequiredCapability,
 };
 pub use router_id::{crc32, router_id};
 pub use session::Session;

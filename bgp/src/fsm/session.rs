@@ -310,6 +310,33 @@ impl Session {
                     self.restart_keepalive(&mut out, idx);
                 }
             }
+            Input::SendProgress { conn, waiting } => {
+                if let Some(idx) = self.index(conn) {
+                    if waiting {
+                        let d = self.send_hold_time(idx);
+                        self.arm(&mut out, Timer::SendHold { conn }, d);
+                    } else {
+                        self.disarm(&mut out, Timer::SendHold { conn });
+                    }
+                }
+            }
+            Input::SendHoldTimerExpired { conn } => {
+                // RFC 9687: OpenSent, OpenConfirm and Established alike
+                // (every state a connection is held in here).
+                if self.expired(Timer::SendHold { conn })
+                    && let Some(idx) = self.index(conn)
+                {
+                    self.fail(
+                        &mut out,
+                        idx,
+                        Some(Notification::SendHoldTimerExpired),
+                        None,
+                        DownReason::SendHoldTimerExpired,
+                        true,
+                        After::Idle,
+                    );
+                }
+            }
         }
         self.sync_state(&mut out);
         out
@@ -331,6 +358,8 @@ impl Session {
             Input::IdleHoldTimerExpired => FsmEvent::IdleHoldTimerExpires,
             Input::HoldTimerExpired { .. } => FsmEvent::HoldTimerExpires,
             Input::KeepaliveTimerExpired { .. } => FsmEvent::KeepaliveTimerExpires,
+            Input::SendHoldTimerExpired { .. } => FsmEvent::SendHoldTimerExpires,
+            Input::SendProgress { .. } => FsmEvent::SendProgress,
             Input::TcpCrAcked { .. } => FsmEvent::TcpCrAcked,
             Input::TcpConnectionConfirmed { .. } => FsmEvent::TcpConnectionConfirmed,
             Input::TcpConnectionFails { .. } => FsmEvent::TcpConnectionFails,
@@ -448,6 +477,7 @@ impl Session {
         }
         self.disarm(out, Timer::Hold { conn: c.id });
         self.disarm(out, Timer::Keepalive { conn: c.id });
+        self.disarm(out, Timer::SendHold { conn: c.id });
         out.push(Output::CloseConnection { conn: c.id });
         c
     }
@@ -622,6 +652,16 @@ impl Session {
             let d = Duration::from_secs(u64::from(p.keepalive_time));
             self.arm(out, timer, d);
         }
+    }
+
+    /// The SendHoldTime of connection `idx`: from the negotiated hold
+    /// time once the peer's OPEN is accepted, ours before.
+    fn send_hold_time(&self, idx: usize) -> Duration {
+        let hold = match &self.conns[idx].params {
+            Some(p) => p.hold_time,
+            None => self.config.hold_time().seconds(),
+        };
+        self.config.send_hold_duration(hold)
     }
 
     fn restart_hold(&mut self, out: &mut Vec<Output>, idx: usize) {

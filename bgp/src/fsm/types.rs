@@ -75,6 +75,9 @@ pub enum Timer {
     Hold { conn: ConnId },
     /// KeepaliveTimer of one connection.
     Keepalive { conn: ConnId },
+    /// SendHoldTimer of one connection (RFC 9687): runs while output waits
+    /// for the socket, restarted by every write that makes progress.
+    SendHold { conn: ConnId },
 }
 
 /// What the driver tells the FSM. Each variant names the RFC 4271 event
@@ -149,6 +152,15 @@ pub enum Input {
     /// The driver wrote an UPDATE: the KeepaliveTimer restarts (RFC 4271
     /// 8.2.2, Established). Optional.
     UpdateSent { conn: ConnId },
+    /// RFC 9687 event 29 (SendHoldTimer_Expires): output has waited for
+    /// the socket, with no write making progress, for the SendHoldTime.
+    SendHoldTimerExpired { conn: ConnId },
+    /// The driver's output towards the peer on `conn`: `waiting` when
+    /// messages wait for the socket, reported when output starts waiting
+    /// and after every write that makes progress (the SendHoldTimer of RFC
+    /// 9687 is (re)started); `waiting: false` when everything was written
+    /// (the timer stops).
+    SendProgress { conn: ConnId, waiting: bool },
 }
 
 impl Input {
@@ -159,6 +171,7 @@ impl Input {
             Timer::IdleHold => Input::IdleHoldTimerExpired,
             Timer::Hold { conn } => Input::HoldTimerExpired { conn },
             Timer::Keepalive { conn } => Input::KeepaliveTimerExpired { conn },
+            Timer::SendHold { conn } => Input::SendHoldTimerExpired { conn },
         }
     }
 }
@@ -273,6 +286,9 @@ pub enum DownReason {
         reason: String,
     },
     HoldTimerExpired,
+    /// RFC 9687: the peer stopped reading (nothing written for the
+    /// SendHoldTime).
+    SendHoldTimerExpired,
     /// The TCP connection failed or was closed by the peer.
     ConnectionClosed,
     /// The peer sent a NOTIFICATION.
@@ -300,6 +316,9 @@ impl fmt::Display for DownReason {
             DownReason::PlannedRestart { hard: true, .. } => f.write_str("planned restart (hard)"),
             DownReason::Reset { reason } => write!(f, "reset: {reason}"),
             DownReason::HoldTimerExpired => f.write_str("hold timer expired"),
+            DownReason::SendHoldTimerExpired => {
+                f.write_str("send hold timer expired (the peer stopped reading)")
+            }
             DownReason::ConnectionClosed => f.write_str("TCP connection closed"),
             DownReason::NotificationReceived => f.write_str("NOTIFICATION received"),
             DownReason::OpenRejected => f.write_str("peer's OPEN refused"),
@@ -340,6 +359,10 @@ pub enum FsmEvent {
     RouteRefreshMsg,
     /// Not an event: the driver reported an UPDATE written.
     UpdateSent,
+    /// RFC 9687 event 29.
+    SendHoldTimerExpires,
+    /// Not an event: the driver reported progress (or none) writing.
+    SendProgress,
 }
 
 impl FsmEvent {
@@ -369,7 +392,8 @@ impl FsmEvent {
             KeepAliveMsg => 26,
             UpdateMsg => 27,
             UpdateMsgErr => 28,
-            RouteRefreshMsg | UpdateSent => return None,
+            SendHoldTimerExpires => 29,
+            RouteRefreshMsg | UpdateSent | SendProgress => return None,
         })
     }
 }
