@@ -93,8 +93,9 @@ impl Stop {
     /// Administrative Shutdown and Peer De-configured, which we follow, so
     /// that those still flush our routes at once. So do the BFD-triggered
     /// stops (reset and hold-down, whatever Cease subcode the caller
-    /// chose): the path is broken, the peer must not keep routes over it. A planned restart keeps
-    /// our routes at the peer whenever graceful restart was negotiated: no
+    /// chose): the path is broken, the peer must not keep routes over it.
+    /// A planned restart keeps our routes at the peer whenever graceful
+    /// restart was negotiated: no
     /// NOTIFICATION without the N bit (RFC 4724: any NOTIFICATION would
     /// flush them), Cease/Administrative Reset with it (the "provider
     /// determined" subcode of RFC 8538 section 5, which we determine to
