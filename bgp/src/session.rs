@@ -5,7 +5,8 @@
 //!
 //! [`Session::spawn`] starts the task and the session (ManualStart); the
 //! [`Session`] handle is the API: [`Session::set_advertisements`],
-//! [`Session::reset`] (BFD coupling), [`Session::shutdown`] (Cease /
+//! [`Session::reset`] and [`Session::hold_down`] / [`Session::release`]
+//! (BFD coupling), [`Session::shutdown`] (Cease /
 //! Administrative Shutdown), [`Session::deconfigure`] (Cease / Peer
 //! De-configured) and [`Session::planned_restart`] (graceful restart,
 //! RFC 4724 / RFC 8538), [`Session::state`] and [`Session::events`].
@@ -63,7 +64,8 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::fsm::{
-    self, ConnId, FsmEvent, FsmState, Input, Output, PeerAs, ResendCause, SessionParams, Timer,
+    self, CeaseSubcode, ConnId, FsmEvent, FsmState, Input, Output, PeerAs, ResendCause,
+    SessionParams, Timer,
 };
 use crate::listener::{ListenError, ListenEvent, ListenGuard, ListenKey, ListenRequest, Listeners};
 use crate::metrics::{SessionMetrics, peer_label};
@@ -207,6 +209,11 @@ pub struct NegotiatedEvent {
 enum Command {
     SetAdvertisements(Vec<Advertisement>),
     Reset(String),
+    HoldDown {
+        reason: String,
+        cease: CeaseSubcode,
+    },
+    Release,
     Stop {
         how: Close,
         done: oneshot::Sender<()>,
@@ -349,11 +356,46 @@ impl Session {
             .map_err(|_| SessionError::Gone)
     }
 
-    /// Drops the session at once (BFD down): Cease/BFD Down best effort;
-    /// it restarts by itself after the IdleHold delay.
+    /// Drops the session at once (BFD down): Cease/BFD Down best effort,
+    /// inside Hard Reset when the RFC 8538 N bit was negotiated; it
+    /// restarts by itself after the IdleHold delay. To keep it down until
+    /// BFD is Up again, use [`Session::hold_down`].
     pub fn reset(&self, reason: impl Into<String>) -> Result<(), SessionError> {
         self.commands
             .send(Command::Reset(reason.into()))
+            .map_err(|_| SessionError::Gone)
+    }
+
+    /// Takes the session down and keeps it down until [`Session::release`]
+    /// (RFC 4271 ManualStop), e.g. while BFD says the path is down: sends
+    /// Cease with the subcode `cease` ([`CeaseSubcode::BfdDown`] for BFD),
+    /// inside Cease/Hard Reset when the RFC 8538 N bit was negotiated so
+    /// that the peer drops our routes at once instead of keeping them as
+    /// stale; closes every connection and stays Idle: no connection
+    /// attempts, and a connection from the peer (listener) is closed as
+    /// soon as it is accepted, without an OPEN. The task, the
+    /// advertisements, the metrics and the listener registration stay;
+    /// [`SessionState::held_down`] says so. `reason` is for the log. On a
+    /// session already held down it changes nothing.
+    pub fn hold_down(
+        &self,
+        reason: impl Into<String>,
+        cease: CeaseSubcode,
+    ) -> Result<(), SessionError> {
+        self.commands
+            .send(Command::HoldDown {
+                reason: reason.into(),
+                cease,
+            })
+            .map_err(|_| SessionError::Gone)
+    }
+
+    /// Ends a hold-down (RFC 4271 ManualStart): the session connects again
+    /// at once (fresh connect retry schedule) and, once Established, sends
+    /// every advertisement again. Does nothing when not held down.
+    pub fn release(&self) -> Result<(), SessionError> {
+        self.commands
+            .send(Command::Release)
             .map_err(|_| SessionError::Gone)
     }
 
@@ -500,7 +542,7 @@ struct Driver {
     listener: Option<JoinHandle<()>>,
     /// Writer tasks flushing a closed connection.
     closing: Vec<JoinHandle<()>>,
-    /// Shutting down: abandoned attempts are not errors.
+    /// Shutting down or holding down: abandoned attempts are not errors.
     stopping: bool,
 }
 
@@ -521,6 +563,14 @@ impl Driver {
                         self.drain();
                     }
                     Some(Command::Reset(reason)) => self.input(Input::Reset { reason }),
+                    Some(Command::HoldDown { reason, cease }) => self.hold_down(reason, cease),
+                    Some(Command::Release) => {
+                        if self.fsm.held_down() {
+                            tracing::info!(peer = %self.config.peer, "BGP session released");
+                        }
+                        self.input(Input::Release);
+                        self.state.held_down = self.fsm.held_down();
+                    }
                     Some(Command::Stop { how, done }) => {
                         self.stopping = true;
                         self.input(match how {
@@ -546,6 +596,22 @@ impl Driver {
             }
             self.publish();
         }
+    }
+
+    fn hold_down(&mut self, reason: String, cease: CeaseSubcode) {
+        if !self.fsm.held_down() {
+            tracing::info!(
+                peer = %self.config.peer,
+                %reason,
+                cease = cease.subcode(),
+                "BGP session held down"
+            );
+        }
+        // The attempt under way is abandoned on purpose: not an error.
+        self.stopping = true;
+        self.input(Input::HoldDown { reason, cease });
+        self.stopping = false;
+        self.state.held_down = self.fsm.held_down();
     }
 
     /// Ends every task of the session, letting closing writers flush.

@@ -381,6 +381,10 @@ pub struct SessionState {
     pub rib_out: RibOutState,
     pub sent: MessageCounters,
     pub received: MessageCounters,
+    /// Held down (e.g. while BFD says the path is down): Idle, neither
+    /// connecting nor accepting, until released.
+    #[serde(default)]
+    pub held_down: bool,
 }
 
 impl SessionState {
@@ -398,6 +402,7 @@ impl SessionState {
             rib_out: RibOutState::default(),
             sent: MessageCounters::default(),
             received: MessageCounters::default(),
+            held_down: false,
         }
     }
 

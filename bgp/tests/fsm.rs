@@ -6,9 +6,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use bgp::fsm::{
-    Config, ConnId, Direction, DownReason, FsmEvent, FsmState, Input, OPEN_SENT_HOLD_TIME, Output,
-    PeerAs, RequiredCapability, ResendCause, Role, Session, Timer, collision_winner, crc32,
-    router_id,
+    CeaseSubcode, Config, ConnId, Direction, DownReason, FsmEvent, FsmState, Input,
+    OPEN_SENT_HOLD_TIME, Output, PeerAs, RequiredCapability, ResendCause, Role, Session, Timer,
+    collision_winner, crc32, router_id,
 };
 use bgp::state::FamilyDisabled;
 use bgp::wire::{
@@ -1743,6 +1743,180 @@ fn reset_sends_bfd_down_and_restarts() {
         from: FsmState::Idle,
         to: FsmState::Connect,
         reason: FsmEvent::IdleHoldTimerExpires,
+    }));
+}
+
+#[test]
+fn reset_wraps_bfd_down_in_hard_reset_with_the_n_bit() {
+    // RFC 8538: a plain Cease with the N bit negotiated would leave our
+    // routes at the peer as stale, over a path BFD declared broken.
+    let mut s = established_gr(Some(true), Some(true));
+    let out = s.process(Input::Reset {
+        reason: "BFD down".into(),
+    });
+    assert_eq!(
+        sent(&out),
+        vec![(A1, Notification::hard_reset(Notification::BfdDown))]
+    );
+    // Still the automatic stop: the session comes back by itself.
+    assert!(timer_set(&out, Timer::IdleHold).is_some());
+    // Only when both sides set the N bit.
+    let mut s = established_gr(Some(true), Some(false));
+    let out = s.process(Input::Reset {
+        reason: "BFD down".into(),
+    });
+    assert_eq!(sent(&out), vec![(A1, Notification::BfdDown)]);
+}
+
+fn hold_down(cease: CeaseSubcode) -> Input {
+    Input::HoldDown {
+        reason: "BFD down".into(),
+        cease,
+    }
+}
+
+#[test]
+fn hold_down_stays_idle_until_released() {
+    let mut s = at(config(), FsmState::Established);
+    let out = s.process(hold_down(CeaseSubcode::BfdDown));
+    // Cease with the caller's subcode, then the close; no restart armed.
+    assert_eq!(sent(&out), vec![(A1, Notification::BfdDown)]);
+    assert_eq!(closed(&out), vec![A1]);
+    assert_eq!(s.state(), FsmState::Idle);
+    assert!(s.held_down());
+    assert!(timer_set(&out, Timer::IdleHold).is_none());
+    assert!(s.armed_timers().is_empty(), "{:?}", s.armed_timers());
+    match session_down(&out) {
+        Some(Output::SessionDown {
+            reason,
+            was_established: true,
+            ..
+        }) => assert_eq!(
+            reason,
+            DownReason::HeldDown {
+                reason: "BFD down".into(),
+                cease: CeaseSubcode::BfdDown
+            }
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(out.contains(&Output::StateChanged {
+        from: FsmState::Established,
+        to: FsmState::Idle,
+        reason: FsmEvent::ManualStop,
+    }));
+    // Nothing starts it but the release: not a start, not the (stale)
+    // IdleHold expiry that used to bring it back a second later, not a
+    // reset; a connection from the peer is closed without an OPEN.
+    for input in [
+        Input::IdleHoldTimerExpired,
+        Input::ManualStart,
+        Input::AutomaticStart,
+        Input::ConnectRetryTimerExpired,
+        Input::Reset {
+            reason: "again".into(),
+        },
+        hold_down(CeaseSubcode::AdministrativeShutdown),
+    ] {
+        let out = s.process(input.clone());
+        assert!(connects(&out).is_empty(), "{input:?}: {out:?}");
+        assert!(sent(&out).is_empty(), "{input:?}: {out:?}");
+        assert_eq!(s.state(), FsmState::Idle, "{input:?}");
+        assert!(s.armed_timers().is_empty(), "{input:?}");
+    }
+    let out = s.process(tcp_confirmed(P1));
+    assert_eq!(closed(&out), vec![P1]);
+    assert!(sent_messages(&out, P1).is_empty());
+    assert_eq!(s.state(), FsmState::Idle);
+    // The release is a manual start: a fresh connect retry schedule.
+    let out = s.process(Input::Release);
+    assert!(!s.held_down());
+    assert_eq!(s.state(), FsmState::Connect);
+    assert_eq!(connects(&out), vec![A2]);
+    assert_eq!(
+        timer_set(&out, Timer::ConnectRetry),
+        Some(Duration::from_secs(1))
+    );
+    assert!(out.contains(&Output::StateChanged {
+        from: FsmState::Idle,
+        to: FsmState::Connect,
+        reason: FsmEvent::ManualStart,
+    }));
+    // A release of a session that is not held changes nothing.
+    assert!(s.process(Input::Release).is_empty());
+    assert_eq!(s.state(), FsmState::Connect);
+}
+
+#[test]
+fn hold_down_sends_the_callers_cease_in_hard_reset_with_the_n_bit() {
+    let subcodes = [
+        (CeaseSubcode::Unspecific, 0),
+        (CeaseSubcode::AdministrativeShutdown, 2),
+        (CeaseSubcode::PeerDeconfigured, 3),
+        (CeaseSubcode::AdministrativeReset, 4),
+        (CeaseSubcode::ConnectionRejected, 5),
+        (CeaseSubcode::OtherConfigurationChange, 6),
+        (CeaseSubcode::OutOfResources, 8),
+        (CeaseSubcode::BfdDown, 10),
+    ];
+    for (cease, subcode) in subcodes {
+        assert_eq!(cease.subcode(), subcode, "{cease:?}");
+        let n = cease.notification();
+        assert_eq!((n.code(), n.subcode()), (6, subcode), "{cease:?}");
+        assert!(n.data().is_empty(), "{cease:?}");
+        // N bit on both sides: Hard Reset whose data starts with the cause.
+        let (_, out) = stop_with(established_gr(Some(true), Some(true)), hold_down(cease));
+        let hard = Notification::hard_reset(n.clone());
+        assert_eq!(sent(&out), vec![(A1, hard.clone())], "{cease:?}");
+        assert_eq!((hard.code(), hard.subcode()), (6, 9));
+        assert_eq!(hard.data().as_ref(), &[6, subcode], "{cease:?}");
+        // Not both: the plain Cease.
+        for (ours, theirs) in [(Some(true), Some(false)), (Some(false), Some(true))] {
+            let (_, out) = stop_with(established_gr(ours, theirs), hold_down(cease));
+            assert_eq!(sent(&out), vec![(A1, n.clone())], "{cease:?}");
+        }
+    }
+    assert_eq!(CeaseSubcode::default(), CeaseSubcode::BfdDown);
+}
+
+#[test]
+fn hold_down_before_established_and_while_waiting_to_restart() {
+    // Connect, with an attempt under way: abandoned, no NOTIFICATION.
+    let mut s = at(config(), FsmState::Connect);
+    let out = s.process(hold_down(CeaseSubcode::BfdDown));
+    assert_eq!(closed(&out), vec![A1]);
+    assert!(sent(&out).is_empty());
+    assert_eq!(s.state(), FsmState::Idle);
+    assert!(s.armed_timers().is_empty());
+    // The attempt completing late is refused.
+    let out = s.process(tcp_acked(A1));
+    assert_eq!(closed(&out), vec![A1]);
+    assert!(sent_messages(&out, A1).is_empty());
+    // Idle after an error, the automatic restart armed: the hold-down
+    // cancels it.
+    let mut s = at(config(), FsmState::Established);
+    let out = s.process(Input::TcpConnectionFails { conn: A1 });
+    assert!(timer_set(&out, Timer::IdleHold).is_some());
+    let out = s.process(hold_down(CeaseSubcode::BfdDown));
+    assert!(timer_cancelled(&out, Timer::IdleHold));
+    assert!(s.armed_timers().is_empty());
+    assert!(connects(&s.process(Input::IdleHoldTimerExpired)).is_empty());
+    assert_eq!(s.state(), FsmState::Idle);
+    // Active (passive establishment): released into Active again.
+    let mut c = config();
+    c.passive_tcp_establishment = true;
+    let mut s = session(c);
+    s.process(Input::ManualStart);
+    assert_eq!(s.state(), FsmState::Active);
+    s.process(hold_down(CeaseSubcode::BfdDown));
+    assert_eq!(s.state(), FsmState::Idle);
+    let out = s.process(Input::Release);
+    assert_eq!(s.state(), FsmState::Active);
+    assert!(connects(&out).is_empty());
+    assert!(out.contains(&Output::StateChanged {
+        from: FsmState::Idle,
+        to: FsmState::Active,
+        reason: FsmEvent::ManualStartWithPassiveTcpEstablishment,
     }));
 }
 

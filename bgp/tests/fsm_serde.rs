@@ -5,8 +5,8 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use bgp::fsm::{
-    Config, ConnId, DisabledFamily, DownReason, FsmEvent, FsmState, Input, NotificationEvent,
-    Output, PeerAs, RequiredCapability, ResendCause, Session, Timer,
+    CeaseSubcode, Config, ConnId, DisabledFamily, DownReason, FsmEvent, FsmState, Input,
+    NotificationEvent, Output, PeerAs, RequiredCapability, ResendCause, Session, Timer,
 };
 use bgp::state::FamilyDisabled;
 use bgp::wire::{
@@ -140,6 +140,11 @@ fn all_inputs() -> Vec<Input> {
         Input::Reset {
             reason: "BFD down".into(),
         },
+        Input::HoldDown {
+            reason: "BFD down".into(),
+            cease: CeaseSubcode::OtherConfigurationChange,
+        },
+        Input::Release,
         Input::ConnectRetryTimerExpired,
         Input::IdleHoldTimerExpired,
         Input::HoldTimerExpired { conn: A1 },
@@ -267,6 +272,17 @@ fn every_output_round_trips() {
             reason: DownReason::UnexpectedMessage { message_type: 2 },
             notification: Some(NotificationEvent::received(Notification::BfdDown)),
             was_established: false,
+        },
+        Output::SessionDown {
+            conn: A1,
+            reason: DownReason::HeldDown {
+                reason: "BFD down".into(),
+                cease: CeaseSubcode::BfdDown,
+            },
+            notification: Some(NotificationEvent::sent(Notification::hard_reset(
+                Notification::BfdDown,
+            ))),
+            was_established: true,
         },
         Output::SendInitialUpdates {
             conn: A1,

@@ -11,8 +11,10 @@
 //! closes with Cease/Administrative Shutdown. SIGUSR1 is a planned restart
 //! ([`bgp::session::Session::planned_restart`]: nothing withdrawn, graceful
 //! restart leaves our routes at the peer); SIGUSR2 closes with the Cease
-//! of SIGTERM without withdrawing first. Without the variable it returns at
-//! once. This needs no other binary to be built (`cargo test -p
+//! of SIGTERM without withdrawing first; SIGHUP toggles a hold-down
+//! ([`bgp::session::Session::hold_down`] with Cease/BFD Down, then
+//! [`bgp::session::Session::release`]), as BFD going Down and Up again
+//! would. Without the variable it returns at once. This needs no other binary to be built (`cargo test -p
 //! bgp` does not build `metallbctl`, and `CARGO_BIN_EXE_*` is per crate),
 //! and no `setns` inside a multi-threaded tokio runtime.
 //!
@@ -124,6 +126,8 @@ async fn run_helper(spec: &str) -> Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut usr1 = signal(SignalKind::user_defined1())?;
     let mut usr2 = signal(SignalKind::user_defined2())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut held = false;
     let session = Session::spawn(cfg, None)?;
     let mut events = session.events();
     let mut state = session.state();
@@ -135,6 +139,16 @@ async fn run_helper(spec: &str) -> Result<()> {
             _ = term.recv() => break "shutdown",
             _ = usr1.recv() => break "planned_restart",
             _ = usr2.recv() => break "cease",
+            _ = hup.recv() => {
+                held = !held;
+                if held {
+                    session.hold_down("interop BFD down", bgp::fsm::CeaseSubcode::BfdDown)?;
+                    println!("{{\"event\":\"hold_down\"}}");
+                } else {
+                    session.release()?;
+                    println!("{{\"event\":\"release\"}}");
+                }
+            }
             Ok(ev) = events.recv() => println!("{}", serde_json::to_string(&ev)?),
             Ok(()) = state.changed() => {
                 let s = state.borrow_and_update().clone();
@@ -280,6 +294,10 @@ impl Speaker {
 
     fn log(&self) -> String {
         self.child.log()
+    }
+
+    fn signal(&self, sig: testkit::process::Signal) {
+        self.child.signal(sig);
     }
 
     /// The JSON events printed so far.
@@ -1244,6 +1262,99 @@ fn cease_drops_routes_despite_graceful_restart_bird() -> Result<()> {
 #[test]
 fn cease_drops_routes_despite_graceful_restart_gobgp() -> Result<()> {
     cease_drops_routes_despite_graceful_restart(RouterKind::Gobgp)
+}
+
+/// BFD gating: graceful restart negotiated (with the N bit where the router
+/// has it: FRR, GoBGP), a hold-down (what the speaker does while BFD is
+/// Down) sends Cease/BFD Down, inside Hard Reset with the N bit: the
+/// router drops our routes at once instead of keeping them as stale for
+/// our 120 s restart time; the session stays down while held (5 s here,
+/// where a reset comes back after about 1 s, and the router retries on its
+/// own), and after the release it is Established again with both
+/// prefixes.
+fn bfd_hold_down(kind: RouterKind) -> Result<()> {
+    let (_serial, lab) = setup()?;
+    let at = L2Router::of(kind);
+    let router = lab.start_l2_router(
+        &at.config()
+            .neighbor(Neighbor::new(node1_v4(), plan::NODE_AS).graceful_restart()),
+    )?;
+    let speaker = Speaker::start(lab.node(1), gr_spec(&at, &GR_PREFIXES, 120, true, false))?;
+    wait_router_established(&router, node1_v4(), &speaker)?;
+    wait_prefixes(&router, Family::Ipv4, &GR_PREFIXES).with_context(|| speaker.log())?;
+    let gr = speaker.negotiated()?["capabilities"]["graceful_restart"].clone();
+    ensure!(gr.is_object(), "graceful restart not negotiated");
+    let n_bit = gr["notification"] == true;
+    ensure!(
+        n_bit == !matches!(kind, RouterKind::Bird),
+        "N bit negotiated: {n_bit} ({gr})"
+    );
+
+    speaker.signal(testkit::process::Signal::HUP);
+    let held = Instant::now();
+    let s = speaker.wait_state("held down", Duration::from_secs(10), |s| {
+        s["held_down"] == true && s["fsm_state"] == "Idle"
+    })?;
+    let text = s["last_error"]["text"].as_str().unwrap_or_default();
+    ensure!(
+        text.contains("BFD Down") && text.contains("Hard Reset") == n_bit,
+        "Cease/BFD Down, in Hard Reset exactly when the N bit was negotiated ({n_bit}): {text}"
+    );
+    let opens = s["sent"]["opens"].clone();
+    wait_until(
+        Duration::from_secs(20),
+        Duration::from_millis(250),
+        || match router.prefixes(Family::Ipv4) {
+            Ok(p) if p.is_empty() => Ok(()),
+            Ok(p) => Err(format!("still has {p:?}")),
+            Err(e) => Err(format!("{e:#}")),
+        },
+    )
+    .map_err(anyhow::Error::from)
+    .with_context(|| router.logs(30))?;
+    let gone = held.elapsed();
+    // Held: neither side brings the session up.
+    while held.elapsed() < Duration::from_secs(5) {
+        ensure!(
+            !router.established(node1_v4())?,
+            "Established again while held down; speaker log:\n{}",
+            speaker.log()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let s = speaker.last_state().context("a state")?;
+    ensure!(
+        s["fsm_state"] == "Idle" && s["held_down"] == true && s["sent"]["opens"] == opens,
+        "not Idle, or an OPEN sent, while held down: {s}"
+    );
+
+    speaker.signal(testkit::process::Signal::HUP);
+    let released = Instant::now();
+    wait_router_established(&router, node1_v4(), &speaker)?;
+    wait_prefixes(&router, Family::Ipv4, &GR_PREFIXES).with_context(|| speaker.log())?;
+    println!(
+        "hold-down ({}, N bit {n_bit}): routes gone after {gone:?}; back with both prefixes \
+         {:?} after the release",
+        kind.name(),
+        released.elapsed()
+    );
+    stop_and_wait_withdrawn(speaker, &router, &[Family::Ipv4])?;
+    Ok(())
+}
+
+#[test]
+fn bfd_hold_down_frr() -> Result<()> {
+    bfd_hold_down(RouterKind::Frr)
+}
+
+#[test]
+fn bfd_hold_down_bird() -> Result<()> {
+    bfd_hold_down(RouterKind::Bird)
+}
+
+#[test]
+fn bfd_hold_down_gobgp() -> Result<()> {
+    bfd_hold_down(RouterKind::Gobgp)
 }
 
 // ---------------------------------------------------------------- route refresh

@@ -29,9 +29,14 @@
 //!   handshake (ConnectRetry timer) and, when the attempt fails, is the
 //!   pause before the next one (IdleHold timer, automatic restart).
 //! - Closing: Cease with the subcode of the cause (Administrative
-//!   Shutdown with an RFC 9003 message, Peer De-configured, BFD Down),
-//!   wrapped in Hard Reset when the RFC 8538 N bit was negotiated, and the
-//!   graceful planned restart (see [`Input::PlannedRestart`]).
+//!   Shutdown with an RFC 9003 message, Peer De-configured, BFD Down, the
+//!   caller's [`CeaseSubcode`] for a hold-down), wrapped in Hard Reset
+//!   when the RFC 8538 N bit was negotiated, and the graceful planned
+//!   restart (see [`Input::PlannedRestart`]).
+//! - Hold-down ([`Input::HoldDown`] / [`Input::Release`]): ManualStop and
+//!   ManualStart for the BFD coupling: the session stops with the caller's
+//!   Cease and stays Idle, ignoring every start (manual, automatic,
+//!   IdleHold) and refusing every connection, until released.
 //! - Graceful restart (RFC 4724) as the restarting speaker: the capability
 //!   of [`Config::graceful_restart`] (see
 //!   [`Config::enable_graceful_restart`]), its R bit sent until the first
@@ -68,7 +73,9 @@
 //!
 //! Optional, not implemented (behaving as the RFC's FALSE):
 //! - AllowAutomaticStop: FALSE as a configured attribute; the driver's
-//!   [`Input::Reset`] is the only AutomaticStop (event 8).
+//!   [`Input::Reset`] is the only AutomaticStop (event 8). A BFD coupling
+//!   that must keep the session down until the path is back uses
+//!   [`Input::HoldDown`] (event 2) and [`Input::Release`] (event 1).
 //! - DampPeerOscillations: FALSE (no damping beyond the connect retry
 //!   schedule).
 //! - DelayOpen / DelayOpenTime / DelayOpenTimer: FALSE (our OPEN goes out
@@ -126,6 +133,6 @@ pub use config::{
 pub use router_id::{crc32, router_id};
 pub use session::Session;
 pub use types::{
-    ConnId, Direction, DisabledFamily, DownReason, FsmEvent, Input, NotificationEvent, Output,
-    ResendCause, Role, SessionParams, Timer,
+    CeaseSubcode, ConnId, Direction, DisabledFamily, DownReason, FsmEvent, Input,
+    NotificationEvent, Output, ResendCause, Role, SessionParams, Timer,
 };

@@ -11,8 +11,8 @@ use super::collision::collision_winner;
 use super::config::{Config, ConfigError, OPEN_SENT_HOLD_TIME, PeerAs};
 use super::router_id::router_id;
 use super::types::{
-    ConnId, DisabledFamily, DownReason, FsmEvent, Input, NotificationEvent, Output, ResendCause,
-    Role, SessionParams, Timer,
+    CeaseSubcode, ConnId, DisabledFamily, DownReason, FsmEvent, Input, NotificationEvent, Output,
+    ResendCause, Role, SessionParams, Timer,
 };
 use crate::state::{FamilyDisabled, FsmState};
 use crate::wire::{
@@ -53,6 +53,11 @@ enum Stop {
     Reset {
         reason: String,
     },
+    /// ManualStop that holds the session down until released.
+    HoldDown {
+        reason: String,
+        cease: CeaseSubcode,
+    },
 }
 
 impl Stop {
@@ -72,6 +77,10 @@ impl Stop {
             Stop::Reset { reason } => DownReason::Reset {
                 reason: reason.clone(),
             },
+            Stop::HoldDown { reason, cease } => DownReason::HeldDown {
+                reason: reason.clone(),
+                cease: *cease,
+            },
         }
     }
 
@@ -82,8 +91,11 @@ impl Stop {
     /// Reset keeps the peer's graceful restart procedures (it retains our
     /// routes); section 5 of RFC 8538 recommends Hard Reset for
     /// Administrative Shutdown and Peer De-configured, which we follow, so
-    /// that those still flush our routes at once. A planned restart keeps
-    /// our routes at the peer whenever graceful restart was negotiated: no
+    /// that those still flush our routes at once. So do the BFD-triggered
+    /// stops (reset and hold-down, whatever Cease subcode the caller
+    /// chose): the path is broken, the peer must not keep routes over it.
+    /// A planned restart keeps our routes at the peer whenever graceful
+    /// restart was negotiated: no
     /// NOTIFICATION without the N bit (RFC 4724: any NOTIFICATION would
     /// flush them), Cease/Administrative Reset with it (the "provider
     /// determined" subcode of RFC 8538 section 5, which we determine to
@@ -119,7 +131,8 @@ impl Stop {
                     None
                 }
             }
-            Stop::Reset { .. } => Some(Notification::BfdDown),
+            Stop::Reset { .. } => Some(hard(Notification::BfdDown)),
+            Stop::HoldDown { cease, .. } => Some(hard(cease.notification())),
         }
     }
 }
@@ -159,6 +172,9 @@ pub struct Session {
     /// The R bit of our graceful restart capability: set when configured
     /// (this speaker has restarted), cleared at the first Established.
     restart_state: bool,
+    /// Held down ([`Input::HoldDown`]) until [`Input::Release`]: Idle, no
+    /// starts of any kind.
+    held_down: bool,
 }
 
 impl Session {
@@ -180,6 +196,7 @@ impl Session {
                 .graceful_restart
                 .as_ref()
                 .is_some_and(|gr| gr.restart_state()),
+            held_down: false,
             config,
         })
     }
@@ -228,6 +245,12 @@ impl Session {
         self.restart_state
     }
 
+    /// Whether the session is held down ([`Input::HoldDown`]): Idle until
+    /// [`Input::Release`].
+    pub fn held_down(&self) -> bool {
+        self.held_down
+    }
+
     /// Our OPEN on a connection whose BGP Identifier is `router_id`.
     fn open_message(&self, router_id: Ipv4Addr) -> Open {
         let mut config = std::borrow::Cow::Borrowed(&self.config);
@@ -247,6 +270,9 @@ impl Session {
         let mut out = Vec::new();
         self.event = self.event_of(&input);
         match input {
+            // A hold-down ignores every start but its release.
+            Input::ManualStart | Input::AutomaticStart | Input::IdleHoldTimerExpired
+                if self.held_down => {}
             Input::ManualStart => self.start(&mut out, true),
             Input::AutomaticStart => self.start(&mut out, false),
             Input::ManualStop { reason } => self.stop(&mut out, Stop::Manual { reason }),
@@ -256,6 +282,16 @@ impl Session {
                 self.stop(&mut out, Stop::Restart { message, hard })
             }
             Input::Reset { reason } => self.stop(&mut out, Stop::Reset { reason }),
+            Input::HoldDown { reason, cease } => {
+                self.held_down = true;
+                self.stop(&mut out, Stop::HoldDown { reason, cease });
+            }
+            Input::Release => {
+                if self.held_down {
+                    self.held_down = false;
+                    self.start(&mut out, true);
+                }
+            }
             Input::ConnectRetryTimerExpired => {
                 if self.expired(Timer::ConnectRetry) {
                     self.connect_retry_expired(&mut out);
@@ -345,14 +381,17 @@ impl Session {
     fn event_of(&self, input: &Input) -> FsmEvent {
         let passive = self.config.passive_tcp_establishment;
         match input {
-            Input::ManualStart if passive => FsmEvent::ManualStartWithPassiveTcpEstablishment,
-            Input::ManualStart => FsmEvent::ManualStart,
+            Input::ManualStart | Input::Release if passive => {
+                FsmEvent::ManualStartWithPassiveTcpEstablishment
+            }
+            Input::ManualStart | Input::Release => FsmEvent::ManualStart,
             Input::AutomaticStart if passive => FsmEvent::AutomaticStartWithPassiveTcpEstablishment,
             Input::AutomaticStart => FsmEvent::AutomaticStart,
             Input::ManualStop { .. }
             | Input::AdminShutdown { .. }
             | Input::Deconfigured
-            | Input::PlannedRestart { .. } => FsmEvent::ManualStop,
+            | Input::PlannedRestart { .. }
+            | Input::HoldDown { .. } => FsmEvent::ManualStop,
             Input::Reset { .. } => FsmEvent::AutomaticStop,
             Input::ConnectRetryTimerExpired => FsmEvent::ConnectRetryTimerExpires,
             Input::IdleHoldTimerExpired => FsmEvent::IdleHoldTimerExpires,

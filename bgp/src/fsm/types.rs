@@ -104,9 +104,28 @@ pub enum Input {
     /// was negotiated); `hard` asks the peer to drop them instead.
     PlannedRestart { message: String, hard: bool },
     /// Event 8 (AutomaticStop), for the BFD coupling: drop the session at
-    /// once, sending Cease/BFD Down (RFC 9384) best effort; the session
-    /// restarts by itself after the IdleHold delay.
+    /// once, sending Cease/BFD Down (RFC 9384) best effort, inside Hard
+    /// Reset when the RFC 8538 N bit was negotiated (so the peer drops our
+    /// routes instead of keeping them as stale); the session restarts by
+    /// itself after the IdleHold delay. To keep it down, see
+    /// [`Input::HoldDown`].
     Reset { reason: String },
+    /// Event 2 (ManualStop) for a hold-down, e.g. while BFD says the path
+    /// is down: sends Cease with the subcode `cease`, inside Hard Reset
+    /// when the RFC 8538 N bit was negotiated (the peer drops our routes at
+    /// once either way), closes every connection and stays Idle: no
+    /// automatic restart, starts ignored, every incoming connection closed
+    /// at once (RFC 4271 Idle "refuses all incoming BGP connections"),
+    /// until [`Input::Release`]. From Idle it only holds the session down.
+    HoldDown {
+        reason: String,
+        #[serde(default)]
+        cease: CeaseSubcode,
+    },
+    /// Event 1 (ManualStart, or 4 with PassiveTcpEstablishment) ending a
+    /// hold-down: the session starts again with a fresh connect retry
+    /// schedule. Ignored when the session is not held down.
+    Release,
     /// Event 9.
     ConnectRetryTimerExpired,
     /// Event 13.
@@ -172,6 +191,58 @@ impl Input {
             Timer::Hold { conn } => Input::HoldTimerExpired { conn },
             Timer::Keepalive { conn } => Input::KeepaliveTimerExpired { conn },
             Timer::SendHold { conn } => Input::SendHoldTimerExpired { conn },
+        }
+    }
+}
+
+/// The Cease subcode (RFC 4486, RFC 9384) of an [`Input::HoldDown`],
+/// chosen by the caller. Left out: 1 (Maximum Number of Prefixes Reached,
+/// about routes received, and we import none), 7 (Connection Collision
+/// Resolution, the FSM's own) and 9 (Hard Reset, the RFC 8538 wrapper the
+/// FSM adds when the N bit was negotiated).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CeaseSubcode {
+    /// 0.
+    Unspecific,
+    /// 2, without a Shutdown Communication.
+    AdministrativeShutdown,
+    /// 3.
+    PeerDeconfigured,
+    /// 4, without a Shutdown Communication.
+    AdministrativeReset,
+    /// 5.
+    ConnectionRejected,
+    /// 6.
+    OtherConfigurationChange,
+    /// 8.
+    OutOfResources,
+    /// 10 (RFC 9384): the default, for a hold-down BFD asked for.
+    #[default]
+    BfdDown,
+}
+
+impl CeaseSubcode {
+    /// The subcode on the wire.
+    pub fn subcode(self) -> u8 {
+        self.notification().subcode()
+    }
+
+    /// The Cease NOTIFICATION with this subcode and no data.
+    pub fn notification(self) -> Notification {
+        match self {
+            CeaseSubcode::Unspecific => Notification::CeaseUnspecific,
+            CeaseSubcode::AdministrativeShutdown => {
+                Notification::AdministrativeShutdown { message: None }
+            }
+            CeaseSubcode::PeerDeconfigured => Notification::PeerDeconfigured,
+            CeaseSubcode::AdministrativeReset => {
+                Notification::AdministrativeReset { message: None }
+            }
+            CeaseSubcode::ConnectionRejected => Notification::ConnectionRejected,
+            CeaseSubcode::OtherConfigurationChange => Notification::OtherConfigurationChange,
+            CeaseSubcode::OutOfResources => Notification::OutOfResources,
+            CeaseSubcode::BfdDown => Notification::BfdDown,
         }
     }
 }
@@ -285,6 +356,11 @@ pub enum DownReason {
     Reset {
         reason: String,
     },
+    /// [`Input::HoldDown`].
+    HeldDown {
+        reason: String,
+        cease: CeaseSubcode,
+    },
     HoldTimerExpired,
     /// RFC 9687: the peer stopped reading (nothing written for the
     /// SendHoldTime).
@@ -315,6 +391,7 @@ impl fmt::Display for DownReason {
             DownReason::PlannedRestart { hard: false, .. } => f.write_str("planned restart"),
             DownReason::PlannedRestart { hard: true, .. } => f.write_str("planned restart (hard)"),
             DownReason::Reset { reason } => write!(f, "reset: {reason}"),
+            DownReason::HeldDown { reason, .. } => write!(f, "held down: {reason}"),
             DownReason::HoldTimerExpired => f.write_str("hold timer expired"),
             DownReason::SendHoldTimerExpired => {
                 f.write_str("send hold timer expired (the peer stopped reading)")
