@@ -19,8 +19,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use clap::parser::ValueSource;
-use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
+use clap::{CommandFactory, FromArgMatches, Parser};
 use cluster_view::{Batch, ClusterView, Kind};
 use config::api::v1beta1::{ConfigurationState, IPAddressPool};
 use controller::driver::{Changes, Driver, Inputs, Outputs, ServiceChanges, Timing};
@@ -28,14 +27,11 @@ use controller::edge::ServiceEdge;
 use controller::leader::{self, LEASE_NAME, LeaderElector, Leadership, LeaseConfig};
 use controller::metrics::ControllerMetrics;
 use daemon::health::{Heartbeat, Probes};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use status::configuration_state::Component;
 use status::{FIELD_MANAGER_CONTROLLER, KubeStatusApi, StatusWriter, SystemClock, WriterConfig};
 use tokio::sync::watch;
-
-const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
 /// The flags of MetalLB's controller (same names, defaults and variables).
 #[derive(Debug, Parser)]
@@ -100,13 +96,13 @@ struct Args {
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true")]
     leader_elect: bool,
     /// How long a standby waits before taking over an unrenewed Lease.
-    #[arg(long, value_parser = parse_duration, default_value = "15s")]
+    #[arg(long, value_parser = daemon::flags::parse_duration, default_value = "15s")]
     leader_elect_lease_duration: Duration,
     /// How long the leader keeps allocating without a successful renewal.
-    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    #[arg(long, value_parser = daemon::flags::parse_duration, default_value = "10s")]
     leader_elect_renew_deadline: Duration,
     /// Interval between attempts to acquire or renew the Lease.
-    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    #[arg(long, value_parser = daemon::flags::parse_duration, default_value = "2s")]
     leader_elect_retry_period: Duration,
     /// Name of the Lease.
     #[arg(long, default_value = LEASE_NAME)]
@@ -116,19 +112,12 @@ struct Args {
     leader_elect_resource_namespace: String,
     /// Longest time the reconcile loop may go without turning before
     /// `/healthz` fails.
-    #[arg(long, value_parser = parse_duration, default_value = "60s")]
+    #[arg(long, value_parser = daemon::flags::parse_duration, default_value = "60s")]
     liveness_max_stall: Duration,
     /// Time the whole shutdown may take (keep it below the Pod's
     /// terminationGracePeriodSeconds, 30 s by default).
-    #[arg(long, value_parser = parse_duration, default_value = "20s")]
+    #[arg(long, value_parser = daemon::flags::parse_duration, default_value = "20s")]
     shutdown_timeout: Duration,
-}
-
-/// A Go-style duration (`15s`, `1500ms`, `1m`), as client-go's flags take.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = config::api::Duration::parse(s).map_err(|e| format!("{e}"))?;
-    let nanos = u64::try_from(d.as_nanos()).map_err(|_| format!("{s}: must not be negative"))?;
-    Ok(Duration::from_nanos(nanos))
 }
 
 /// Flags accepted for compatibility that do nothing yet: one warning each
@@ -147,26 +136,11 @@ const NO_EFFECT_YET: &[&str] = &[
     "tls_curve_preferences",
 ];
 
-fn warn_no_effect(matches: &ArgMatches) {
-    for id in NO_EFFECT_YET {
-        if matches!(
-            matches.value_source(id),
-            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
-        ) {
-            let flag = format!("--{}", id.replace('_', "-"));
-            tracing::warn!(
-                flag,
-                "flag accepted for compatibility; it has no effect yet"
-            );
-        }
-    }
-}
-
 fn main() -> Result<()> {
     let matches = Args::command().get_matches();
     let args = Args::from_arg_matches(&matches)?;
     daemon::logging::init(&args.log);
-    warn_no_effect(&matches);
+    daemon::flags::warn_no_effect(&matches, NO_EFFECT_YET);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -176,46 +150,6 @@ fn main() -> Result<()> {
         tracing::error!(error = format!("{e:#}"), "controller failed");
     }
     r
-}
-
-async fn owner_reference(client: &Client, args: &Args, ns: &str) -> Option<OwnerReference> {
-    if args.pod_name.is_empty() {
-        return None;
-    }
-    if !args.pod_uid.is_empty() {
-        // From the downward API: the Pod exists (it is us), no read needed.
-        return Some(OwnerReference {
-            api_version: "v1".into(),
-            kind: "Pod".into(),
-            name: args.pod_name.clone(),
-            uid: args.pod_uid.clone(),
-            ..OwnerReference::default()
-        });
-    }
-    match status::pod_owner_reference(client.clone(), ns, &args.pod_name).await {
-        Ok(Some(o)) => Some(o),
-        Ok(None) => {
-            tracing::warn!(
-                pod = args.pod_name,
-                "--pod-name names no existing Pod; the ConfigurationState gets no owner"
-            );
-            None
-        }
-        Err(e) => {
-            tracing::warn!(pod = args.pod_name, error = %e, "reading the controller's Pod failed (set METALLB_POD_UID to need no read); the ConfigurationState gets no owner");
-            None
-        }
-    }
-}
-
-fn namespace(args: &Args) -> Result<String> {
-    if !args.namespace.is_empty() {
-        return Ok(args.namespace.clone());
-    }
-    let ns = std::fs::read_to_string(SA_NAMESPACE_FILE).with_context(|| {
-        format!("no --namespace / METALLB_NAMESPACE, and reading {SA_NAMESPACE_FILE}")
-    })?;
-    Ok(ns.trim().to_owned())
 }
 
 /// The Service changes of the cluster view (coalesced by key, collapsed into a full
@@ -250,7 +184,7 @@ impl ServiceChanges for ViewServices {
 }
 
 async fn run(args: Args) -> Result<()> {
-    let ns = namespace(&args)?;
+    let ns = daemon::flags::namespace(&args.namespace)?;
     let client = Client::try_default()
         .await
         .context("building a Kubernetes client (in-cluster or KUBECONFIG)")?;
@@ -381,7 +315,7 @@ async fn run(args: Args) -> Result<()> {
         None
     };
 
-    let owner = owner_reference(&client, &args, &ns).await;
+    let owner = status::own_pod_owner(client.clone(), &ns, &args.pod_name, &args.pod_uid).await;
     let instance = (!args.pod_name.is_empty()).then(|| args.pod_name.clone());
     let driver = Driver::new(
         Inputs {

@@ -1,6 +1,7 @@
 //! What the metallb-rs daemons (the controller and the speaker) share, so each is
 //! written once:
 //!
+//! - [`flags`]: the namespace, Go durations, "no effect yet" warnings;
 //! - [`logging`]: MetalLB's `--log-level` and `--log-format` (JSON lines by default,
 //!   text for people), and the subscriber they set up;
 //! - [`metrics`]: the flags of the metrics port's TLS and its server (HTTPS authorised
@@ -12,6 +13,7 @@
 //! - [`shutdown_signal`]: SIGTERM or SIGINT.
 
 pub mod events;
+pub mod flags;
 pub mod health;
 pub mod k8s_metrics;
 pub mod logging;

@@ -11,13 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use clap::parser::ValueSource;
-use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
+use clap::{CommandFactory, FromArgMatches, Parser};
 use cluster_view::{ClusterView, Kind};
 use config::api::v1beta1::ConfigurationState;
 use daemon::health::{Heartbeat, Probes};
 use daemon::k8s_metrics::K8sClientMetrics;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client};
@@ -25,8 +23,6 @@ use speaker::config_state::{ConfigTracker, Loaded};
 use status::configuration_state::{self, Component};
 use status::{FIELD_MANAGER_SPEAKER, KubeStatusApi, StatusWriter, SystemClock, WriterConfig};
 use tokio::sync::watch;
-
-const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
 /// The flags of MetalLB's speaker (same names, defaults and variables).
 #[derive(Debug, Parser)]
@@ -102,7 +98,7 @@ struct Args {
     #[arg(long, env = "METALLB_BGP_TYPE", default_value = "native", hide = true)]
     bgp_type: String,
     /// Longest time the reconcile loop may go without turning before `/healthz` fails.
-    #[arg(long, value_parser = parse_duration, default_value = "60s")]
+    #[arg(long, value_parser = daemon::flags::parse_duration, default_value = "60s")]
     liveness_max_stall: Duration,
 }
 
@@ -124,32 +120,11 @@ const NO_EFFECT_YET: &[&str] = &[
     "tls_curve_preferences",
 ];
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = config::api::Duration::parse(s).map_err(|e| format!("{e}"))?;
-    let nanos = u64::try_from(d.as_nanos()).map_err(|_| format!("{s}: must not be negative"))?;
-    Ok(Duration::from_nanos(nanos))
-}
-
-fn warn_no_effect(matches: &ArgMatches) {
-    for id in NO_EFFECT_YET {
-        if matches!(
-            matches.value_source(id),
-            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
-        ) {
-            let flag = format!("--{}", id.replace('_', "-"));
-            tracing::warn!(
-                flag,
-                "flag accepted for compatibility; it has no effect yet"
-            );
-        }
-    }
-}
-
 fn main() -> Result<()> {
     let matches = Args::command().get_matches_from(speaker::flags::go_style(std::env::args()));
     let args = Args::from_arg_matches(&matches)?;
     daemon::logging::init(&args.log);
-    warn_no_effect(&matches);
+    daemon::flags::warn_no_effect(&matches, NO_EFFECT_YET);
     if args.node_name.is_empty() {
         tracing::error!("must specify --node-name or METALLB_NODE_NAME");
         bail!("must specify --node-name or METALLB_NODE_NAME");
@@ -178,41 +153,8 @@ fn main() -> Result<()> {
     r
 }
 
-fn namespace(args: &Args) -> Result<String> {
-    if !args.namespace.is_empty() {
-        return Ok(args.namespace.clone());
-    }
-    let ns = std::fs::read_to_string(SA_NAMESPACE_FILE).with_context(|| {
-        format!("no --namespace / METALLB_NAMESPACE, and reading {SA_NAMESPACE_FILE}")
-    })?;
-    Ok(ns.trim().to_owned())
-}
-
-async fn owner_reference(client: &Client, args: &Args, ns: &str) -> Option<OwnerReference> {
-    if args.pod_name.is_empty() {
-        tracing::warn!("no --pod-name: the speaker's status objects get no owner");
-        return None;
-    }
-    if !args.pod_uid.is_empty() {
-        return Some(OwnerReference {
-            api_version: "v1".into(),
-            kind: "Pod".into(),
-            name: args.pod_name.clone(),
-            uid: args.pod_uid.clone(),
-            ..OwnerReference::default()
-        });
-    }
-    match status::pod_owner_reference(client.clone(), ns, &args.pod_name).await {
-        Ok(o) => o,
-        Err(e) => {
-            tracing::warn!(pod = args.pod_name, error = %e, "reading the speaker's Pod failed; its status objects get no owner");
-            None
-        }
-    }
-}
-
 async fn run(args: Args) -> Result<()> {
-    let ns = namespace(&args)?;
+    let ns = daemon::flags::namespace(&args.namespace)?;
     let node = args.node_name.clone();
     let client = Client::try_default()
         .await
@@ -267,7 +209,7 @@ async fn run(args: Args) -> Result<()> {
         Api::<ConfigurationState>::namespaced(client.clone(), &ns),
         watcher::Config::default().fields(&format!("metadata.name={}", component.name())),
     ));
-    let owner = owner_reference(&client, &args, &ns).await;
+    let owner = status::own_pod_owner(client.clone(), &ns, &args.pod_name, &args.pod_uid).await;
 
     let view = ClusterView::builder(client.clone(), &ns)
         .kinds(Kind::SPEAKER)

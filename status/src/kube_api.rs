@@ -350,3 +350,41 @@ pub async fn pod_owner_reference(
         })
     }))
 }
+
+/// The ownerReference of a daemon's own Pod for its status objects: from `pod_uid`
+/// (the downward API: no read needed) when given, else one read of `namespace/pod_name`;
+/// `None` (logged) without a Pod name or when the read fails.
+pub async fn own_pod_owner(
+    client: Client,
+    namespace: &str,
+    pod_name: &str,
+    pod_uid: &str,
+) -> Option<OwnerReference> {
+    if pod_name.is_empty() {
+        tracing::warn!("no --pod-name / METALLB_POD_NAME: the status objects get no owner");
+        return None;
+    }
+    if !pod_uid.is_empty() {
+        return Some(OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: pod_name.to_owned(),
+            uid: pod_uid.to_owned(),
+            ..OwnerReference::default()
+        });
+    }
+    match pod_owner_reference(client, namespace, pod_name).await {
+        Ok(Some(o)) => Some(o),
+        Ok(None) => {
+            tracing::warn!(
+                pod = pod_name,
+                "--pod-name names no existing Pod; the status objects get no owner"
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!(pod = pod_name, error = %e, "reading the own Pod failed (set METALLB_POD_UID to need no read); the status objects get no owner");
+            None
+        }
+    }
+}

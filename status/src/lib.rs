@@ -61,7 +61,8 @@ pub use api::{ApiError, Listed, StatusApi};
 pub use clock::{Clock, FakeClock, SystemClock};
 pub use engine::{Action, Engine, Outcome, Seen, SetResult, WriterConfig};
 pub use kube_api::{
-    FIELD_MANAGER_CONTROLLER, FIELD_MANAGER_SPEAKER, KubeStatusApi, pod_owner_reference, watch_into,
+    FIELD_MANAGER_CONTROLLER, FIELD_MANAGER_SPEAKER, KubeStatusApi, own_pod_owner,
+    pod_owner_reference, watch_into,
 };
 pub use kube_edge::{Backoff, Class};
 pub use metrics::Metrics;

@@ -7,9 +7,11 @@
 //! yet, with the reason) in both directions: a claim not on the list fails, and so does a
 //! listed flag whose help no longer says it.
 
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// Phrases saying that something does not work (yet). Matched case-insensitively.
 pub const UNFINISHED_PHRASES: [&str; 6] = [
@@ -220,6 +222,88 @@ pub fn subcommands(help: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// The value `--help` shows as a flag's default (`[default: ""]` is empty), else its first
+/// possible value.
+fn default_value(text: &str) -> Option<String> {
+    let after = |key: &str| {
+        let i = text.find(key)? + key.len();
+        let end = text[i..].find(']')? + i;
+        Some(text[i..end].to_owned())
+    };
+    match after("[default: ") {
+        Some(v) if v == "\"\"" => Some(String::new()),
+        Some(v) => Some(v),
+        None => after("[possible values: ")
+            .map(|v| v.split(',').next().unwrap_or_default().trim().to_owned()),
+    }
+}
+
+/// Runs `exe` with every flag of its `--help` at its default value (JSON logs, a
+/// kubeconfig that does not exist): it must warn "no effect yet" for exactly the flags
+/// of `allowed`, then fail without a cluster within 30 s. `must_see` is a flag the
+/// parsed help must contain (a check that the help was parsed at all). Panics with what
+/// differs.
+pub fn check_no_effect_warnings(exe: &Path, allowed: &[Allowed], must_see: &str) {
+    let help = help_of(exe, &[]);
+    let mut args = Vec::new();
+    let mut given = Vec::new();
+    for e in entries(&help) {
+        if !e.flag.starts_with("--") || e.flag == "--help" || e.flag == "--version" {
+            continue;
+        }
+        let value = default_value(&e.text)
+            .unwrap_or_else(|| panic!("{}: no default value in {:?}", e.flag, e.text));
+        args.push(format!("{}={value}", e.flag));
+        given.push(e.flag);
+    }
+    assert!(
+        given.len() >= 20 && given.iter().any(|f| f == must_see),
+        "parsed too few flags from the help: {given:?}"
+    );
+    let mut child = Command::new(exe)
+        .args(&args)
+        .env_clear()
+        .env("KUBECONFIG", "/nonexistent/metallb-rs-help-test/kubeconfig")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{} runs: {e}", exe.display()));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!(
+                "{} did not exit within 30 s without a cluster",
+                exe.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "exited 0 without a cluster:\n{stderr}"
+    );
+    let warned: BTreeSet<String> = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| {
+            v["level"] == "WARN"
+                && v["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("no effect yet"))
+        })
+        .filter_map(|v| v["flag"].as_str().map(str::to_owned))
+        .collect();
+    let allowed: BTreeSet<String> = allowed.iter().map(|a| a.flag.to_owned()).collect();
+    assert_eq!(
+        warned, allowed,
+        "flags warned about (left) vs the allow-list (right); args {args:?}\nstderr:\n{stderr}"
+    );
 }
 
 #[cfg(test)]
