@@ -212,18 +212,16 @@ async fn run(args: Args) -> Result<()> {
     let heartbeat = Arc::new(Heartbeat::new());
     let health_addr =
         std::net::SocketAddr::new(args.health_probe_bind_address, args.health_probe_port);
-    let listener = tokio::net::TcpListener::bind(health_addr)
-        .await
-        .with_context(|| format!("binding the probe port {health_addr}"))?;
-    let health = tokio::spawn(daemon::health::serve(
-        listener,
+    let health = daemon::health::start(
+        health_addr,
         Probes {
             ready: ready.clone(),
             heartbeat: heartbeat.clone(),
             max_stall: args.liveness_max_stall,
         },
         stopped(),
-    ));
+    )
+    .await?;
     let metrics_task = metrics_server.map(|server| tokio::spawn(server.run(stopped())));
 
     // The status writer of the ConfigurationState, and its view of the server.

@@ -127,6 +127,19 @@ async fn handle(mut stream: TcpStream, ready: bool, live: bool) -> std::io::Resu
     stream.shutdown().await
 }
 
+/// Binds `addr` and serves probes there until `shutdown` completes (an error names the
+/// address when it cannot be bound).
+pub async fn start(
+    addr: std::net::SocketAddr,
+    probes: Probes,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let listener = TcpListener::bind(addr).await.map_err(|e| {
+        std::io::Error::new(e.kind(), format!("binding the probe port {addr}: {e}"))
+    })?;
+    Ok(tokio::spawn(serve(listener, probes, shutdown)))
+}
+
 /// Serves probes on `listener` until `shutdown` completes.
 pub async fn serve(listener: TcpListener, probes: Probes, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);

@@ -216,22 +216,7 @@ impl ControllerSetup {
             &self.dir,
             name,
         )?;
-        let ready = wait_until(
-            &format!("{name} /readyz 200"),
-            Duration::from_secs(30),
-            || async {
-                match http_get(health, "/readyz").await {
-                    Ok(r) if r.starts_with("HTTP/1.1 200 ") => Ok(()),
-                    Ok(r) => Err(r.lines().next().unwrap_or_default().to_owned()),
-                    Err(e) => Err(e.to_string()),
-                }
-            },
-        )
-        .await;
-        if let Err(e) = ready {
-            process.check_running()?;
-            return Err(e.context(format!("{name} log:\n{}", process.log_text())));
-        }
+        wait_ready(&mut process, name, health).await?;
         Ok(RunningController { process, health })
     }
 
@@ -333,22 +318,7 @@ impl ControllerSetup {
             &self.dir,
             name,
         )?;
-        let ready = wait_until(
-            &format!("{name} /readyz 200"),
-            Duration::from_secs(30),
-            || async {
-                match http_get(health, "/readyz").await {
-                    Ok(r) if r.starts_with("HTTP/1.1 200 ") => Ok(()),
-                    Ok(r) => Err(r.lines().next().unwrap_or_default().to_owned()),
-                    Err(e) => Err(e.to_string()),
-                }
-            },
-        )
-        .await;
-        if let Err(e) = ready {
-            process.check_running()?;
-            return Err(e.context(format!("{name} log:\n{}", process.log_text())));
-        }
+        wait_ready(&mut process, name, health).await?;
         Ok((RunningController { process, health }, metrics))
     }
 
@@ -368,9 +338,37 @@ impl ControllerSetup {
     }
 }
 
+/// Waits (30 s) until `process`'s `/readyz` on `health` answers 200; the error holds
+/// its log.
+async fn wait_ready(process: &mut Process, name: &str, health: u16) -> Result<()> {
+    let ready = wait_until(
+        &format!("{name} /readyz 200"),
+        Duration::from_secs(30),
+        || async {
+            match http_get(health, "/readyz").await {
+                Ok(r) if r.starts_with("HTTP/1.1 200 ") => Ok(()),
+                Ok(r) => Err(r.lines().next().unwrap_or_default().to_owned()),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await;
+    if let Err(e) = ready {
+        process.check_running()?;
+        return Err(e.context(format!("{name} log:\n{}", process.log_text())));
+    }
+    Ok(())
+}
+
 /// A plain HTTP/1.1 GET on 127.0.0.1 (the health probes, plain-HTTP metrics), asking
 /// the server to close the connection after its answer.
 pub async fn http_get(port: u16, path: &str) -> Result<String> {
+    tokio::time::timeout(Duration::from_secs(5), http_get_unbounded(port, path))
+        .await
+        .map_err(|_| anyhow::anyhow!("GET 127.0.0.1:{port}{path}: no answer within 5 s"))?
+}
+
+async fn http_get_unbounded(port: u16, path: &str) -> Result<String> {
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
     s.write_all(
         format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),

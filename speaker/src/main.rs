@@ -177,18 +177,16 @@ async fn run(args: Args) -> Result<()> {
     let heartbeat = Arc::new(Heartbeat::new());
     let health_addr =
         std::net::SocketAddr::new(args.health_probe_bind_address, args.health_probe_port);
-    let listener = tokio::net::TcpListener::bind(health_addr)
-        .await
-        .with_context(|| format!("binding the probe port {health_addr}"))?;
-    let health = tokio::spawn(daemon::health::serve(
-        listener,
+    let health = daemon::health::start(
+        health_addr,
         Probes {
             ready: ready.clone(),
             heartbeat: heartbeat.clone(),
             max_stall: args.liveness_max_stall,
         },
         stopped(),
-    ));
+    )
+    .await?;
     let metrics_task = metrics_server.map(|s| tokio::spawn(s.run(stopped())));
 
     // Its ConfigurationState `speaker-<node>`.
@@ -216,7 +214,17 @@ async fn run(args: Args) -> Result<()> {
         .start();
     let mut tracker = ConfigTracker::new();
     let reconcile = async {
-        view.ready().await?;
+        // Beat while the watches list (the API server may be slow or away).
+        {
+            let ready_fut = view.ready();
+            tokio::pin!(ready_fut);
+            loop {
+                tokio::select! {
+                    r = &mut ready_fut => { r?; break; }
+                    _ = tokio::time::sleep(Duration::from_secs(5)) => heartbeat.beat(),
+                }
+            }
+        }
         ready.store(true, std::sync::atomic::Ordering::Release);
         tracing::info!("watches ready");
         let nodes = view.nodes().context("the view watches Nodes")?.store();
