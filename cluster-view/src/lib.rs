@@ -73,6 +73,7 @@ pub mod changes;
 pub mod endpoints;
 pub mod nodes;
 mod reflector;
+pub mod services;
 mod view;
 
 pub use changes::{Batch, Changes, DEFAULT_KEY_BOUND};

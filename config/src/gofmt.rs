@@ -87,3 +87,27 @@ mod tests {
         assert_eq!(quote_rune(200), "'È'");
     }
 }
+
+/// Go's `net.IP.String()`: dotted quad for IPv4 and for IPv4-mapped IPv6
+/// addresses, RFC 5952 text for the rest (Rust prints a mapped address as
+/// `::ffff:a.b.c.d`).
+pub fn ip(ip: std::net::IpAddr) -> String {
+    match ip {
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => v6.to_string(),
+        },
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod ip_tests {
+    #[test]
+    fn ips_print_as_go_prints_them() {
+        let p = |s: &str| super::ip(s.parse().unwrap());
+        assert_eq!(p("192.0.2.1"), "192.0.2.1");
+        assert_eq!(p("::ffff:192.0.2.1"), "192.0.2.1");
+        assert_eq!(p("2001:db8::1"), "2001:db8::1");
+    }
+}

@@ -21,4 +21,4 @@ mod parse;
 pub use community::Community;
 pub use error::{ConfigError, ObjectRef, Warning};
 pub use model::*;
-pub use parse::parse;
+pub use parse::{compatible_local_pref_on_node, parse};

@@ -1045,6 +1045,23 @@ fn validate_bgp_adv_per_pool(
     Ok(())
 }
 
+/// MetalLB's `BGPAdvertisementsHaveCompatibleLocalPref` as the speaker asks
+/// it, for two advertisements of `pool` that both select its own node: they
+/// conflict when their LOCAL_PREF differs and they would send the same
+/// prefix to the same peer (the speaker's `conflictingAdvertisements`).
+pub fn compatible_local_pref_on_node(
+    a: &BgpAdvertisement,
+    b: &BgpAdvertisement,
+    pool: &Pool,
+) -> bool {
+    let mut a = a.clone();
+    let mut b = b.clone();
+    // Both select this node: make their node sets intersect.
+    a.nodes = ["".to_owned()].into();
+    b.nodes = ["".to_owned()].into();
+    compatible_local_pref(&a, &b, pool, &[&Node::default()])
+}
+
 /// MetalLB's `BGPAdvertisementsHaveCompatibleLocalPref`: two advertisements
 /// of one pool conflict when their LOCAL_PREF differs and they would send the
 /// same prefix to the same peer from the same node.

@@ -128,23 +128,7 @@ pub fn key_of(svc: &KubeService) -> String {
     )
 }
 
-/// The addresses of `status.loadBalancer.ingress` (entries without `ip`
-/// are skipped, as MetalLB does). `Err` holds the unparsable text.
-pub fn ingress_ips(svc: &KubeService) -> Result<Vec<IpAddr>, String> {
-    let ingress = svc
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref());
-    let mut ips = Vec::new();
-    for i in ingress.into_iter().flatten() {
-        match i.ip.as_deref() {
-            None | Some("") => {}
-            Some(s) => ips.push(s.parse::<IpAddr>().map_err(|_| s.to_owned())?),
-        }
-    }
-    Ok(ips)
-}
+pub use cluster_view::services::ingress_ips;
 
 fn ingress_count(svc: &KubeService) -> usize {
     svc.status
@@ -323,19 +307,7 @@ fn sharing_key(annotations: &BTreeMap<String, String>) -> &str {
     )
 }
 
-/// Whether `lb_class` (the `--lb-class` flag, "" when unset) selects the
-/// Service: without the flag, Services with no class; with it, Services of
-/// that class only.
-pub fn handles_class(svc: &KubeService, lb_class: &str) -> bool {
-    let class = svc
-        .spec
-        .as_ref()
-        .and_then(|s| s.load_balancer_class.as_deref());
-    match class {
-        None => lb_class.is_empty(),
-        Some(c) => !lb_class.is_empty() && c == lb_class,
-    }
-}
+pub use cluster_view::services::handles_class;
 
 /// The working copy of what the controller manages on one Service.
 struct Working {

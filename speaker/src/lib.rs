@@ -12,6 +12,10 @@
 //!   and says what to report (ConfigurationState, `metallb_k8s_client_config_*`);
 //! - [`flags`]: MetalLB's `-flag` spelling next to `--flag`.
 
+pub mod bgp_edge;
+pub mod bgp_speaker;
 pub mod config_state;
+pub mod decide;
 pub mod flags;
+pub mod node;
 pub mod node_config;

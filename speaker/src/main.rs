@@ -1,27 +1,46 @@
 //! The metallb-rs speaker binary (one per node, hostNetwork).
 //!
-//! What it does so far: takes every flag and variable of MetalLB's speaker (`-flag`
-//! and `--flag`), watches the configuration through the shared cluster view, parses it
-//! as this node sees it (BGPPeers and BGPAdvertisements of other nodes left out), keeps
-//! the last good configuration when a new one is invalid, and reports each attempt in
-//! its `ConfigurationState speaker-<node>` and in `metallb_k8s_client_config_*`.
-//! Announcing (BGP, L2) comes next.
+//! Takes every flag and variable of MetalLB's speaker (`-flag` and `--flag`), watches
+//! the configuration, Nodes, Services and EndpointSlices through the shared cluster
+//! view, parses the configuration as this node sees it (BGPPeers and BGPAdvertisements
+//! of other nodes left out), keeps the last good configuration when a new one is
+//! invalid, and reports each attempt in its `ConfigurationState speaker-<node>` and in
+//! `metallb_k8s_client_config_*`. BGP mode: one session per BGPPeer of this node, the
+//! routes of every Service this node announces (MetalLB's decisions, in
+//! [`speaker::decide`]), BFD gating, `BGPSessionStatus` and `ServiceBGPStatus` objects,
+//! `metallb_speaker_announced` and `metallb_bgp_*` / `metallb_bfd_*` metrics,
+//! `nodeAssigned` events. L2 mode comes next.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use bgp::listener::Listeners;
 use clap::{CommandFactory, FromArgMatches, Parser};
-use cluster_view::{ClusterView, Kind};
-use config::api::v1beta1::ConfigurationState;
+use cluster_view::{Batch, ClusterView, Kind};
+use config::api::v1beta1::{
+    BGPSessionStatus, ConfigurationState, MetalLBServiceBGPStatus, ServiceBGPStatus,
+};
+use config::api::{LABEL_NODE, LABEL_PEER, LABEL_SERVICE_NAME, LABEL_SERVICE_NAMESPACE};
+use daemon::events::{Events, Note};
 use daemon::health::{Heartbeat, Probes};
 use daemon::k8s_metrics::K8sClientMetrics;
-use kube::runtime::reflector::ObjectRef;
+use k8s_openapi::api::core::v1::{ObjectReference, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client};
-use speaker::config_state::{ConfigTracker, Loaded};
+use speaker::bgp_edge::{BgpFactory, RuntimeBfd};
+use speaker::bgp_speaker::{BfdState, BgpSpeaker};
+use speaker::config_state::Loaded;
+use speaker::decide::NodeFacts;
+use speaker::decide::bgp::Options;
+use speaker::node::{LoadOutcome, NodeSpeaker};
 use status::configuration_state::{self, Component};
-use status::{FIELD_MANAGER_SPEAKER, KubeStatusApi, StatusWriter, SystemClock, WriterConfig};
+use status::{
+    Desired, FIELD_MANAGER_SPEAKER, KubeStatusApi, LabelScope, Labels, StatusWriter, SystemClock,
+    WriteBudget, WriterConfig,
+};
 use tokio::sync::watch;
 
 /// The flags of MetalLB's speaker (same names, defaults and variables).
@@ -71,12 +90,10 @@ struct Args {
     health_probe_bind_address: std::net::IpAddr,
     #[command(flatten)]
     log: daemon::logging::LogArgs,
-    /// Only Services of this loadBalancerClass (default: only Services without one; no
-    /// effect yet: the speaker announces nothing yet).
+    /// Only Services of this loadBalancerClass (default: only Services without one).
     #[arg(long, default_value = "")]
     lb_class: String,
-    /// Announce from nodes labelled node.kubernetes.io/exclude-from-external-load-balancers
-    /// (no effect yet: the speaker announces nothing yet).
+    /// Announce from nodes labelled node.kubernetes.io/exclude-from-external-load-balancers.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     ignore_exclude_lb: bool,
     /// FRR mode's debounce in ms (validated as MetalLB does; no effect: no FRR here).
@@ -109,8 +126,6 @@ const NO_EFFECT_YET: &[&str] = &[
     "ml_labels",
     "ml_secret_key_path",
     "ml_wan_config",
-    "ignore_exclude_lb",
-    "lb_class",
     "frrk8s_namespace",
     "frrk8s_secret_passthrough",
     "pprof_bind_address",
@@ -171,6 +186,37 @@ async fn run(args: Args) -> Result<()> {
     let registry = prometheus::Registry::new();
     let metrics = K8sClientMetrics::register(&registry)?;
     let status_metrics = status::Metrics::register(&registry)?;
+    let bgp_metrics = bgp::metrics::BgpMetrics::register(&registry)?;
+    let announced_metric = prometheus::GaugeVec::new(
+        prometheus::Opts::new(
+            "metallb_speaker_announced",
+            "Services being announced from this node. This is desired state, it does not guarantee that the routing protocols have converged.",
+        ),
+        &["service", "protocol", "node", "ip"],
+    )?;
+    registry.register(Box::new(announced_metric.clone()))?;
+    // The BFD runtime: its own thread; without it BFD peers report why.
+    let bfd_runtime = match bfd::Bfd::start(bfd::Config::default()) {
+        Ok(b) => {
+            bfd::metrics::register(&registry, &b.handle())?;
+            Ok(b)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "BFD could not start; peers with a BFD profile will say so");
+            Err(e.to_string())
+        }
+    };
+    let mut bfd_events = match &bfd_runtime {
+        Ok(b) => b.handle().subscribe(),
+        Err(_) => tokio::sync::mpsc::unbounded_channel().1,
+    };
+    let bfd_ops = RuntimeBfd::new(
+        bfd_runtime
+            .as_ref()
+            .map(|b| b.handle())
+            .map_err(Clone::clone),
+    );
+
     let metrics_server =
         daemon::metrics::server(&args.metrics, args.port, &client, registry).await?;
     let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -191,28 +237,102 @@ async fn run(args: Args) -> Result<()> {
 
     // Its ConfigurationState `speaker-<node>`.
     let component = Component::Speaker { node: node.clone() };
-    let writer: StatusWriter<ConfigurationState> = StatusWriter::new(
+    let budget = WriteBudget::default();
+    let writer: StatusWriter<ConfigurationState> = StatusWriter::with_budget(
         WriterConfig::default(),
         Arc::new(SystemClock),
-        status_metrics,
+        status_metrics.clone(),
+        budget.clone(),
     );
     let status_api =
         KubeStatusApi::<ConfigurationState>::new(client.clone(), FIELD_MANAGER_SPEAKER);
-    let writer_task = tokio::spawn({
+    let mut tasks = Vec::new();
+    tasks.push(tokio::spawn({
         let (writer, api, stopped) = (writer.clone(), status_api.clone(), stopped());
         async move { writer.run(api, stopped).await }
-    });
+    }));
     let state_watch = tokio::spawn(status::watch_into(
         writer.clone(),
         Api::<ConfigurationState>::namespaced(client.clone(), &ns),
         watcher::Config::default().fields(&format!("metadata.name={}", component.name())),
     ));
+    // This node's ServiceBGPStatus and BGPSessionStatus objects.
+    let scope = LabelScope::node(&ns, &node);
+    let node_selector = format!("{LABEL_NODE}={node}");
+    let svc_status: StatusWriter<ServiceBGPStatus> = StatusWriter::labeled(
+        WriterConfig::default(),
+        scope.clone(),
+        Arc::new(SystemClock),
+        status_metrics.clone(),
+        budget.clone(),
+    );
+    let session_status: StatusWriter<BGPSessionStatus> = StatusWriter::labeled(
+        WriterConfig::default(),
+        scope.clone(),
+        Arc::new(SystemClock),
+        status_metrics,
+        budget,
+    );
+    let mut watches = vec![state_watch];
+    {
+        let w = svc_status.clone();
+        let api = KubeStatusApi::<ServiceBGPStatus>::new(client.clone(), FIELD_MANAGER_SPEAKER);
+        let stop = stopped();
+        tasks.push(tokio::spawn(async move { w.run(api, stop).await }));
+        watches.push(tokio::spawn(status::watch_into(
+            svc_status.clone(),
+            Api::<ServiceBGPStatus>::namespaced(client.clone(), &ns),
+            watcher::Config::default().labels(&node_selector),
+        )));
+        let w = session_status.clone();
+        let api = KubeStatusApi::<BGPSessionStatus>::new(client.clone(), FIELD_MANAGER_SPEAKER);
+        let stop = stopped();
+        tasks.push(tokio::spawn(async move { w.run(api, stop).await }));
+        watches.push(tokio::spawn(status::watch_into(
+            session_status.clone(),
+            Api::<BGPSessionStatus>::namespaced(client.clone(), &ns),
+            watcher::Config::default().labels(&node_selector),
+        )));
+    }
     let owner = status::own_pod_owner(client.clone(), &ns, &args.pod_name, &args.pod_uid).await;
+
+    // Events (`nodeAssigned`): sent by a task of their own, never by the loop.
+    let (event_tx, mut event_rx) = tokio::sync::mpsc::channel::<ObjectReference>(1024);
+    tasks.push(tokio::spawn({
+        let events = Events::new(client.clone(), "metallb-speaker", Some(node.clone()));
+        let note = Note {
+            warning: false,
+            reason: "nodeAssigned".into(),
+            message: format!("announcing from node {node:?} with protocol \"bgp\""),
+        };
+        async move {
+            while let Some(r) = event_rx.recv().await {
+                events.publish(&r, &note, Duration::from_secs(5)).await;
+            }
+        }
+    }));
 
     let view = ClusterView::builder(client.clone(), &ns)
         .kinds(Kind::SPEAKER)
         .start();
-    let mut tracker = ConfigTracker::new();
+    let (peer_tx, mut peer_rx) = tokio::sync::mpsc::channel(1024);
+    let factory = BgpFactory::new(Listeners::new(), Some(bgp_metrics));
+    let mut speaker = NodeSpeaker::new(
+        Options {
+            lb_class: args.lb_class.clone(),
+            ignore_exclude_lb: args.ignore_exclude_lb,
+        },
+        BgpSpeaker::new(&node, factory, bfd_ops, peer_tx),
+    );
+    let out = Outputs {
+        node: node.clone(),
+        ns: ns.clone(),
+        owner: owner.clone(),
+        svc_status: svc_status.clone(),
+        session_status: session_status.clone(),
+        announced: announced_metric.clone(),
+        events: event_tx,
+    };
     let reconcile = async {
         // Beat while the watches list (the API server may be slow or away).
         {
@@ -228,69 +348,117 @@ async fn run(args: Args) -> Result<()> {
         ready.store(true, std::sync::atomic::Ordering::Release);
         tracing::info!("watches ready");
         let nodes = view.nodes().context("the view watches Nodes")?.store();
+        let services = view
+            .services()
+            .context("the view watches Services")?
+            .store();
+        let mut synced = false;
+        let mut config_pending = true;
         loop {
             heartbeat.beat();
-            let Some(me) = nodes.get(&ObjectRef::new(&node)) else {
-                tracing::warn!(node, "its Node object does not exist (yet): waiting");
-                tokio::select! {
-                    _ = view.config_changes().next() => {}
-                    _ = tokio::time::sleep(Duration::from_secs(5)) => {}
-                }
-                continue;
-            };
-            let parsed = speaker::node_config::for_node(view.resources(), &me)
-                .and_then(|r| config::parse(&r).map_err(|e| e.to_string()));
-            let outcome = tracker.load(parsed);
-            match &outcome {
-                Loaded::Accepted => {
-                    metrics.update_ok();
-                    let c = tracker.running().expect("accepted");
-                    tracing::info!(
-                        pools = c.pools.len(),
-                        peers = c.peers.len(),
-                        "configuration is valid and in force"
-                    );
-                }
-                Loaded::Unchanged => {}
-                Loaded::Invalid(e) => {
-                    metrics.update_error();
-                    if tracker.loaded() {
-                        tracing::error!(
-                            error = e,
-                            "configuration is invalid; keeping the last valid configuration"
+            let mut all = false;
+            let mut keys: Vec<String> = Vec::new();
+            if config_pending {
+                config_pending = false;
+                match nodes.get(&ObjectRef::new(&node)) {
+                    None => {
+                        tracing::warn!(node, "its Node object does not exist (yet): waiting");
+                    }
+                    Some(me) => {
+                        let parsed = speaker::node_config::for_node(view.resources(), &me)
+                            .and_then(|r| config::parse(&r).map_err(|e| e.to_string()));
+                        let outcome = speaker.load(parsed, NodeFacts::of(&me));
+                        report_config(&speaker, &outcome, &metrics);
+                        for s in &outcome.skipped {
+                            tracing::error!(
+                                peer = s.peer,
+                                reason = s.why,
+                                "BGPPeer cannot run on this node"
+                            );
+                        }
+                        // Ended sessions flush their Cease on their own (bounded).
+                        for c in outcome.closing {
+                            tokio::spawn(c);
+                        }
+                        let result: Result<(), &String> = match &outcome.loaded {
+                            Loaded::Invalid(e) => Err(e),
+                            _ => Ok(()),
+                        };
+                        writer.set_desired(
+                            component.key(&ns),
+                            configuration_state::desired(
+                                &component,
+                                &result,
+                                owner.clone(),
+                                configuration_state::now(),
+                            ),
                         );
-                    } else {
-                        tracing::error!(
-                            error = e,
-                            "configuration is invalid; no valid configuration seen yet"
-                        );
+                        all |= outcome.reprocess_all;
                     }
                 }
             }
-            metrics.config_loaded(tracker.loaded());
-            metrics.config_stale(tracker.stale());
-            let result: Result<(), &String> = match &outcome {
-                Loaded::Invalid(e) => Err(e),
-                _ => Ok(()),
-            };
-            writer.set_desired(
-                component.key(&ns),
-                configuration_state::desired(
-                    &component,
-                    &result,
-                    owner.clone(),
-                    configuration_state::now(),
-                ),
-            );
+            match view.service_changes().take() {
+                Some(Batch::All) => all = true,
+                Some(Batch::Keys(k)) => keys = k,
+                None => {}
+            }
+            if speaker.config().is_some() {
+                let started = std::time::Instant::now();
+                let n = if all {
+                    let mut every: Vec<String> = services
+                        .state()
+                        .iter()
+                        .map(|s| cluster_view::service_key(s))
+                        .collect();
+                    // Services announced and gone from the cache.
+                    every.extend(speaker.announced().map(str::to_owned));
+                    every.sort();
+                    every.dedup();
+                    decide_services(&mut speaker, &view, &services, &every)
+                } else {
+                    decide_services(&mut speaker, &view, &services, &keys)
+                };
+                let sent = speaker.publish();
+                if n > 0 {
+                    tracing::debug!(
+                        services = n,
+                        sessions_updated = sent,
+                        took_us = started.elapsed().as_micros() as u64,
+                        "services decided"
+                    );
+                }
+                out.apply(&mut speaker);
+                if all && !synced {
+                    // The first full pass: objects of this node nobody wants go.
+                    synced = true;
+                    svc_status.initial_sync_done();
+                    session_status.initial_sync_done();
+                }
+            }
             // Wait for the next change, beating while idle.
             loop {
                 tokio::select! {
-                    _ = view.config_changes().next() => break,
+                    _ = view.config_changes().next() => {
+                        // Let a burst (`kubectl apply` of many objects) settle.
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        config_pending = true;
+                        break;
+                    }
+                    _ = view.service_changes().next() => break,
+                    Some(ev) = peer_rx.recv() => {
+                        speaker.bgp().on_event(ev);
+                        while let Ok(ev) = peer_rx.try_recv() {
+                            speaker.bgp().on_event(ev);
+                        }
+                        out.apply(&mut speaker);
+                    }
+                    Some(ev) = bfd_events.recv() => {
+                        on_bfd(&mut speaker, &ev);
+                        out.apply(&mut speaker);
+                    }
                     _ = tokio::time::sleep(Duration::from_secs(5)) => heartbeat.beat(),
                 }
             }
-            // Let a burst (`kubectl apply` of many objects) settle.
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         #[allow(unreachable_code)]
         anyhow::Ok(())
@@ -299,15 +467,164 @@ async fn run(args: Args) -> Result<()> {
         r = daemon::shutdown_signal() => r,
         r = reconcile => r.context("the speaker loop ended"),
     };
+    // Sessions first: graceful-restart peers keep our routes, the others get a Cease.
+    let ending = speaker.shutdown();
+    let _ = tokio::time::timeout(
+        Duration::from_secs(2),
+        futures_util::future::join_all(ending),
+    )
+    .await;
     let _ = stop_tx.send(true);
     drop(view);
-    state_watch.abort();
+    for w in watches {
+        w.abort();
+    }
     let deadline = Duration::from_secs(2);
-    let _ = tokio::time::timeout(deadline, writer_task).await;
+    for t in tasks {
+        let _ = tokio::time::timeout(deadline, t).await;
+    }
     let _ = tokio::time::timeout(deadline, health).await;
     if let Some(t) = metrics_task {
         let _ = tokio::time::timeout(deadline, t).await;
     }
+    if let Ok(b) = bfd_runtime {
+        b.shutdown();
+    }
     tracing::info!("speaker stopped");
     outcome
+}
+
+type Speaker = NodeSpeaker<BgpFactory, RuntimeBfd>;
+
+/// Decides each Service of `keys` again; returns how many.
+fn decide_services(
+    speaker: &mut Speaker,
+    view: &ClusterView,
+    services: &Store<Service>,
+    keys: &[String],
+) -> usize {
+    for key in keys {
+        let (ns, name) = key.split_once('/').unwrap_or(("", key));
+        let svc = services.get(&ObjectRef::new(name).within(ns));
+        let slices = view.endpoint_slices_of(key);
+        match speaker.service(key, svc.as_deref(), &slices) {
+            Some(Err(reason)) => tracing::debug!(service = key, reason = %reason, "not announced"),
+            Some(Ok(())) => tracing::debug!(service = key, "announced"),
+            None => {}
+        }
+    }
+    keys.len()
+}
+
+fn on_bfd(speaker: &mut Speaker, ev: &bfd::BfdEvent) {
+    let state = match ev.status.state {
+        bfd::State::Up => BfdState::Up,
+        bfd::State::Down => BfdState::Down,
+        bfd::State::Init => BfdState::Init,
+        bfd::State::AdminDown => BfdState::AdminDown,
+    };
+    let clients: Vec<u64> = ev.clients.iter().map(|c| c.0).collect();
+    let down = ev.client_action == bfd::ClientAction::Down;
+    speaker.bgp().on_bfd(&clients, state, down);
+}
+
+fn report_config(speaker: &Speaker, outcome: &LoadOutcome, metrics: &K8sClientMetrics) {
+    match &outcome.loaded {
+        Loaded::Accepted => {
+            metrics.update_ok();
+            if let Some(c) = speaker.config() {
+                tracing::info!(
+                    pools = c.pools.len(),
+                    peers = c.peers.len(),
+                    "configuration is valid and in force"
+                );
+            }
+        }
+        Loaded::Unchanged => {}
+        Loaded::Invalid(e) => {
+            metrics.update_error();
+            if speaker.tracker().loaded() {
+                tracing::error!(
+                    error = e,
+                    "configuration is invalid; keeping the last valid configuration"
+                );
+            } else {
+                tracing::error!(
+                    error = e,
+                    "configuration is invalid; no valid configuration seen yet"
+                );
+            }
+        }
+    }
+    metrics.config_loaded(speaker.tracker().loaded());
+    metrics.config_stale(speaker.tracker().stale());
+}
+
+/// Where the effects of a step go.
+struct Outputs {
+    node: String,
+    ns: String,
+    owner: Option<OwnerReference>,
+    svc_status: StatusWriter<ServiceBGPStatus>,
+    session_status: StatusWriter<BGPSessionStatus>,
+    announced: prometheus::GaugeVec,
+    events: tokio::sync::mpsc::Sender<ObjectReference>,
+}
+
+impl Outputs {
+    fn apply(&self, speaker: &mut Speaker) {
+        let fx = speaker.take_effects();
+        for (key, peers) in fx.service_status {
+            let (svc_ns, name) = key.split_once('/').unwrap_or(("", &key));
+            let identity = Labels::from([
+                (LABEL_SERVICE_NAME.to_owned(), name.to_owned()),
+                (LABEL_SERVICE_NAMESPACE.to_owned(), svc_ns.to_owned()),
+            ]);
+            match peers {
+                Some(peers) => self.svc_status.set_labeled(
+                    identity,
+                    Desired::new(MetalLBServiceBGPStatus {
+                        node: self.node.clone(),
+                        service_name: name.to_owned(),
+                        service_namespace: svc_ns.to_owned(),
+                        peers,
+                    })
+                    .owner(self.owner.clone()),
+                ),
+                None => self.svc_status.remove_labeled(identity),
+            }
+        }
+        for (key, ip, on) in fx.announced_metric {
+            let ip = config::gofmt::ip(ip);
+            let labels = [key.as_str(), "bgp", self.node.as_str(), ip.as_str()];
+            if on {
+                self.announced.with_label_values(&labels).set(1.0);
+            } else {
+                let _ = self.announced.remove_label_values(&labels);
+            }
+        }
+        for key in fx.node_assigned {
+            let (svc_ns, name) = key.split_once('/').unwrap_or(("", &key));
+            let r = ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Service".into()),
+                namespace: Some(svc_ns.to_owned()),
+                name: Some(name.to_owned()),
+                ..Default::default()
+            };
+            if self.events.try_send(r).is_err() {
+                tracing::debug!(service = key, "event queue full: nodeAssigned dropped");
+            }
+        }
+        for (peer, status) in speaker.bgp().take_status_changes() {
+            let identity = Labels::from([(LABEL_PEER.to_owned(), peer)]);
+            match status {
+                Some(s) => self
+                    .session_status
+                    .set_labeled(identity, Desired::new(s).owner(self.owner.clone())),
+                None => self.session_status.remove_labeled(identity),
+            }
+        }
+        let _ = &self.ns;
+    }
 }

@@ -1,0 +1,216 @@
+//! The speaker of one node, without its I/O: the configuration in force
+//! (last good kept), the own Node, the decision per Service, the BGP
+//! sessions and routes ([`BgpSpeaker`]), and what to tell the cluster
+//! (ServiceBGPStatus objects, `metallb_speaker_announced`, `nodeAssigned`
+//! events, BGPSessionStatus objects). The daemon feeds it watch changes and
+//! session events and carries out [`Effects`]; tests drive it with fake
+//! sessions.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use config::Config;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use crate::bgp_speaker::{BfdOps, BgpSpeaker, Closing, SessionFactory};
+use crate::config_state::{ConfigTracker, Loaded};
+use crate::decide::NodeFacts;
+use crate::decide::bgp::{self, Options, Reason};
+use crate::decide::sessions;
+
+/// What one Service is on this node (BGP).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Announced {
+    /// Its ingress addresses.
+    pub ips: Vec<IpAddr>,
+    /// BGPPeer names it is sent to (sorted).
+    pub peers: Vec<String>,
+}
+
+/// What the daemon must carry out after a step.
+#[derive(Debug, Default, PartialEq)]
+pub struct Effects {
+    /// ServiceBGPStatus per Service key: `Some(peers)` to write, `None` to
+    /// delete.
+    pub service_status: BTreeMap<String, Option<Vec<String>>>,
+    /// `metallb_speaker_announced{service, protocol="bgp", node, ip}`: set
+    /// to 1 (`true`) or deleted (`false`).
+    pub announced_metric: Vec<(String, IpAddr, bool)>,
+    /// Services that became announced: the `nodeAssigned` event.
+    pub node_assigned: Vec<String>,
+}
+
+impl Effects {
+    /// Nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.service_status.is_empty()
+            && self.announced_metric.is_empty()
+            && self.node_assigned.is_empty()
+    }
+}
+
+/// The speaker of one node.
+pub struct NodeSpeaker<F: SessionFactory, B: BfdOps> {
+    options: Options,
+    tracker: ConfigTracker,
+    facts: Option<NodeFacts>,
+    bgp: BgpSpeaker<F, B>,
+    announced: BTreeMap<String, Announced>,
+    effects: Effects,
+}
+
+/// The outcome of [`NodeSpeaker::load`].
+pub struct LoadOutcome {
+    /// What happened to the configuration.
+    pub loaded: Loaded,
+    /// Every Service must be decided again (new configuration or node).
+    pub reprocess_all: bool,
+    /// Sessions ended by the change (to await or spawn).
+    pub closing: Vec<Closing>,
+    /// BGPPeers selected for this node that cannot run (name, why).
+    pub skipped: Vec<sessions::Skipped>,
+}
+
+impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B> {
+    /// A speaker with no configuration yet.
+    pub fn new(options: Options, bgp: BgpSpeaker<F, B>) -> Self {
+        Self {
+            options,
+            tracker: ConfigTracker::new(),
+            facts: None,
+            bgp,
+            announced: BTreeMap::new(),
+            effects: Effects::default(),
+        }
+    }
+
+    /// Takes the latest configuration (parsed for this node) and the own
+    /// Node. An invalid one leaves everything as it is.
+    pub fn load(&mut self, parsed: Result<Config, String>, node: NodeFacts) -> LoadOutcome {
+        let loaded = self.tracker.load(parsed);
+        let node_changed = self.facts.as_ref() != Some(&node);
+        let sessions_changed =
+            node_changed && self.facts.as_ref().is_none_or(|f| f.labels != node.labels);
+        self.facts = Some(node);
+        let mut closing = Vec::new();
+        let mut skipped = Vec::new();
+        let apply =
+            matches!(loaded, Loaded::Accepted) || (sessions_changed && self.tracker.loaded());
+        if apply && let (Some(cfg), Some(facts)) = (self.tracker.running(), self.facts.as_ref()) {
+            let (specs, s) = sessions::sessions(cfg, facts);
+            skipped = s;
+            closing = self.bgp.set_sessions(specs);
+        }
+        let reprocess_all =
+            self.tracker.loaded() && (matches!(loaded, Loaded::Accepted) || node_changed);
+        LoadOutcome {
+            loaded,
+            reprocess_all,
+            closing,
+            skipped,
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Option<&Config> {
+        self.tracker.running()
+    }
+
+    /// The configuration tracker (loaded / stale).
+    pub fn tracker(&self) -> &ConfigTracker {
+        &self.tracker
+    }
+
+    /// Decides the Service `key` again (`svc` `None`: deleted). Nothing
+    /// happens before the first valid configuration and the own Node.
+    /// Returns the decision (for the log). Call [`NodeSpeaker::publish`]
+    /// after a batch.
+    pub fn service(
+        &mut self,
+        key: &str,
+        svc: Option<&Service>,
+        slices: &[Arc<EndpointSlice>],
+    ) -> Option<Result<(), Reason>> {
+        let (Some(cfg), Some(facts)) = (self.tracker.running(), self.facts.as_ref()) else {
+            return None;
+        };
+        let decision = bgp::decide(cfg, facts, svc, slices, &self.options);
+        let (routes, now) = match &decision {
+            Ok(a) => (
+                Some(a.routes.clone()),
+                Some(Announced {
+                    ips: a.ips.clone(),
+                    peers: a.peers(self.bgp.peers()),
+                }),
+            ),
+            Err(_) => (None, None),
+        };
+        self.bgp.set_service(key, routes);
+        let before = self.announced.get(key).cloned();
+        if before != now {
+            // The metric follows the addresses.
+            let old_ips = before.as_ref().map(|b| b.ips.clone()).unwrap_or_default();
+            let new_ips = now.as_ref().map(|n| n.ips.clone()).unwrap_or_default();
+            for ip in &old_ips {
+                if !new_ips.contains(ip) {
+                    self.effects
+                        .announced_metric
+                        .push((key.to_owned(), *ip, false));
+                }
+            }
+            for ip in &new_ips {
+                if !old_ips.contains(ip) {
+                    self.effects
+                        .announced_metric
+                        .push((key.to_owned(), *ip, true));
+                }
+            }
+            let before_peers = before.as_ref().map(|b| &b.peers);
+            let now_peers = now.as_ref().map(|n| &n.peers);
+            if before_peers != now_peers {
+                self.effects
+                    .service_status
+                    .insert(key.to_owned(), now_peers.filter(|p| !p.is_empty()).cloned());
+            }
+            if before.is_none() && now.is_some() {
+                self.effects.node_assigned.push(key.to_owned());
+            }
+            match now {
+                Some(n) => {
+                    self.announced.insert(key.to_owned(), n);
+                }
+                None => {
+                    self.announced.remove(key);
+                }
+            }
+        }
+        Some(decision.map(|_| ()))
+    }
+
+    /// Keys of the Services announced now.
+    pub fn announced(&self) -> impl Iterator<Item = &str> {
+        self.announced.keys().map(String::as_str)
+    }
+
+    /// Sends the sessions their changed routes.
+    pub fn publish(&mut self) -> usize {
+        self.bgp.publish()
+    }
+
+    /// The BGP half (session events, BFD, session statuses).
+    pub fn bgp(&mut self) -> &mut BgpSpeaker<F, B> {
+        &mut self.bgp
+    }
+
+    /// What to carry out since the last call.
+    pub fn take_effects(&mut self) -> Effects {
+        std::mem::take(&mut self.effects)
+    }
+
+    /// Ends every session (see [`BgpSpeaker::shutdown`]).
+    pub fn shutdown(self) -> Vec<Closing> {
+        self.bgp.shutdown()
+    }
+}

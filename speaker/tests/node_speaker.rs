@@ -1,0 +1,427 @@
+//! The node's speaker without sockets: fake sessions and a fake BFD record what
+//! the speaker asks of them, scenario by scenario.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use bgp::rib_out::Advertisement;
+use bgp::state::FsmState;
+use config::Config;
+use config::load::{LoadOptions, Loader};
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use serde_json::json;
+use speaker::bgp_speaker::{
+    BfdClient, BfdOps, BfdState, BgpSpeaker, Close, Closing, PeerEvent, PeerSession,
+    SessionFactory, SessionId,
+};
+use speaker::config_state::Loaded;
+use speaker::decide::NodeFacts;
+use speaker::decide::bgp::Options;
+use speaker::decide::sessions::{BfdSpec, SessionSpec};
+use speaker::node::NodeSpeaker;
+use tokio::sync::mpsc;
+
+type Log = Arc<Mutex<Vec<String>>>;
+
+struct FakeSession {
+    peer: String,
+    generation: u64,
+    log: Log,
+}
+
+impl FakeSession {
+    fn note(&self, what: String) {
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("{}#{} {what}", self.peer, self.generation));
+    }
+}
+
+impl PeerSession for FakeSession {
+    fn set_advertisements(&self, ads: Vec<Advertisement>) {
+        let p: Vec<String> = ads.iter().map(|a| a.prefix.to_string()).collect();
+        self.note(format!("set [{}]", p.join(" ")));
+    }
+    fn hold_down(&self, reason: &str) {
+        self.note(format!("hold_down {reason}"));
+    }
+    fn release(&self) {
+        self.note("release".into());
+    }
+    fn close(self: Box<Self>, how: Close) -> Closing {
+        self.note(format!("close {how:?}"));
+        Box::pin(async {})
+    }
+}
+
+struct FakeFactory(Log);
+
+impl SessionFactory for FakeFactory {
+    fn spawn(
+        &mut self,
+        id: SessionId,
+        spec: &SessionSpec,
+        _events: mpsc::Sender<PeerEvent>,
+    ) -> Result<Box<dyn PeerSession>, String> {
+        self.0.lock().unwrap().push(format!(
+            "{}#{} spawn {}",
+            id.peer, id.generation, spec.bgp.peer
+        ));
+        Ok(Box::new(FakeSession {
+            peer: id.peer,
+            generation: id.generation,
+            log: self.0.clone(),
+        }))
+    }
+}
+
+struct FakeBfd(Log, u64);
+
+impl BfdOps for FakeBfd {
+    fn acquire(
+        &mut self,
+        local: IpAddr,
+        remote: IpAddr,
+        spec: &BfdSpec,
+        _vrf: Option<&str>,
+    ) -> Result<BfdClient, String> {
+        self.1 += 1;
+        self.0.lock().unwrap().push(format!(
+            "bfd acquire {local}->{remote} rx {} = {}",
+            spec.params.receive_interval_ms, self.1
+        ));
+        Ok(self.1)
+    }
+    fn set_parameters(&mut self, client: BfdClient, spec: &BfdSpec) -> Result<(), String> {
+        self.0.lock().unwrap().push(format!(
+            "bfd set {client} rx {}",
+            spec.params.receive_interval_ms
+        ));
+        Ok(())
+    }
+    fn release(&mut self, client: BfdClient) {
+        self.0.lock().unwrap().push(format!("bfd release {client}"));
+    }
+}
+
+const NODE: &str = r#"
+apiVersion: v1
+kind: Node
+metadata: {name: node-1, labels: {rack: a}}
+"#;
+
+fn parse(yaml: &str) -> Result<Config, String> {
+    let mut l = Loader::new(LoadOptions::default());
+    l.add_str("node.yaml", NODE).unwrap();
+    l.add_str("c.yaml", yaml).unwrap();
+    config::parse(&l.finish().resources).map_err(|e| e.to_string())
+}
+
+fn config(peer_extra: &str, bfd_rx: u32) -> String {
+    format!(
+        r#"
+apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata: {{name: pool, namespace: metallb-system}}
+spec: {{addresses: [198.51.100.0/24]}}
+---
+apiVersion: metallb.io/v1beta1
+kind: BGPAdvertisement
+metadata: {{name: ad, namespace: metallb-system}}
+---
+apiVersion: metallb.io/v1beta1
+kind: BFDProfile
+metadata: {{name: fast, namespace: metallb-system}}
+spec: {{receiveInterval: {bfd_rx}, transmitInterval: 50}}
+---
+apiVersion: metallb.io/v1beta2
+kind: BGPPeer
+metadata: {{name: r1, namespace: metallb-system}}
+spec: {{myASN: 64513, peerASN: 64512, peerAddress: 192.0.2.1, sourceAddress: 192.0.2.11, bfdProfile: fast{peer_extra}}}
+---
+apiVersion: metallb.io/v1beta2
+kind: BGPPeer
+metadata: {{name: r2, namespace: metallb-system}}
+spec: {{myASN: 64513, peerASN: 64512, peerAddress: 192.0.2.2}}
+"#
+    )
+}
+
+fn facts(labels: &[(&str, &str)]) -> NodeFacts {
+    let n: Node = serde_json::from_value(json!({"metadata": {"name": "node-1",
+        "labels": labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>()}}))
+    .unwrap();
+    NodeFacts::of(&n)
+}
+
+fn svc(name: &str, ip: &str) -> Service {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"type": "LoadBalancer"},
+        "status": {"loadBalancer": {"ingress": [{"ip": ip}]}},
+    }))
+    .unwrap()
+}
+
+fn slices(name: &str) -> Vec<Arc<EndpointSlice>> {
+    vec![Arc::new(
+        serde_json::from_value(json!({
+            "metadata": {"name": format!("{name}-x"), "namespace": "default", "labels": {"kubernetes.io/service-name": name}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.0.0.1"], "nodeName": "node-2"}],
+        }))
+        .unwrap(),
+    )]
+}
+
+struct Harness {
+    log: Log,
+    node: NodeSpeaker<FakeFactory, FakeBfd>,
+    _events: mpsc::Receiver<PeerEvent>,
+}
+
+impl Harness {
+    fn new() -> Self {
+        let log: Log = Arc::default();
+        let (tx, rx) = mpsc::channel(16);
+        let bgp = BgpSpeaker::new(
+            "node-1",
+            FakeFactory(log.clone()),
+            FakeBfd(log.clone(), 0),
+            tx,
+        );
+        Self {
+            log,
+            node: NodeSpeaker::new(Options::default(), bgp),
+            _events: rx,
+        }
+    }
+
+    /// The calls since the last take.
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.log.lock().unwrap())
+    }
+}
+
+#[test]
+fn services_wait_for_the_first_configuration() {
+    let mut h = Harness::new();
+    assert_eq!(
+        h.node.service(
+            "default/web",
+            Some(&svc("web", "198.51.100.7")),
+            &slices("web")
+        ),
+        None
+    );
+    let out = h.node.load(Err("bad".into()), facts(&[]));
+    assert!(matches!(out.loaded, Loaded::Invalid(_)) && !out.reprocess_all);
+    assert_eq!(h.take(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn sessions_routes_and_effects_follow_the_cluster() {
+    let mut h = Harness::new();
+    let out = h.node.load(parse(&config("", 50)), facts(&[("rack", "a")]));
+    assert!(matches!(out.loaded, Loaded::Accepted) && out.reprocess_all);
+    // Both sessions start with no route; BFD of r1 starts at once (sourceAddress known).
+    assert_eq!(
+        h.take(),
+        [
+            "r1#1 spawn 192.0.2.1:179",
+            "bfd acquire 192.0.2.11->192.0.2.1 rx 50 = 1",
+            "r2#2 spawn 192.0.2.2:179",
+            "r1#1 set []",
+            "r2#2 set []",
+        ]
+    );
+    // A Service: its /32 to both peers, once; the effects say so.
+    let web = svc("web", "198.51.100.7");
+    assert_eq!(
+        h.node.service("default/web", Some(&web), &slices("web")),
+        Some(Ok(()))
+    );
+    h.node.publish();
+    assert_eq!(
+        h.take(),
+        ["r1#1 set [198.51.100.7/32]", "r2#2 set [198.51.100.7/32]"]
+    );
+    let fx = h.node.take_effects();
+    assert_eq!(fx.node_assigned, ["default/web"]);
+    assert_eq!(
+        fx.service_status,
+        BTreeMap::from([(
+            "default/web".to_owned(),
+            Some(vec!["r1".to_owned(), "r2".to_owned()])
+        )])
+    );
+    assert_eq!(
+        fx.announced_metric,
+        [(
+            "default/web".to_owned(),
+            "198.51.100.7".parse().unwrap(),
+            true
+        )]
+    );
+    // The same again: nothing sent, no effect, no second event.
+    h.node.service("default/web", Some(&web), &slices("web"));
+    assert_eq!(h.node.publish(), 0);
+    assert_eq!(h.take(), Vec::<String>::new());
+    assert!(h.node.take_effects().is_empty());
+    // A second Service changes the lists; the first is untouched in the effects.
+    h.node.service(
+        "default/api",
+        Some(&svc("api", "198.51.100.8")),
+        &slices("api"),
+    );
+    h.node.publish();
+    assert_eq!(
+        h.take(),
+        [
+            "r1#1 set [198.51.100.7/32 198.51.100.8/32]",
+            "r2#2 set [198.51.100.7/32 198.51.100.8/32]"
+        ]
+    );
+    let fx = h.node.take_effects();
+    assert_eq!(fx.node_assigned, ["default/api"]);
+    // The endpoints go: withdrawn, status object deleted, metric removed.
+    h.node
+        .service("default/api", Some(&svc("api", "198.51.100.8")), &[]);
+    h.node.publish();
+    assert_eq!(
+        h.take(),
+        ["r1#1 set [198.51.100.7/32]", "r2#2 set [198.51.100.7/32]"]
+    );
+    let fx = h.node.take_effects();
+    assert_eq!(
+        fx.service_status,
+        BTreeMap::from([("default/api".to_owned(), None)])
+    );
+    assert_eq!(
+        fx.announced_metric,
+        [(
+            "default/api".to_owned(),
+            "198.51.100.8".parse().unwrap(),
+            false
+        )]
+    );
+
+    // An invalid configuration changes nothing.
+    let out = h.node.load(Err("overlap".into()), facts(&[("rack", "a")]));
+    assert!(matches!(out.loaded, Loaded::Invalid(_)) && !out.reprocess_all);
+    assert_eq!(h.take(), Vec::<String>::new());
+
+    // A BFD profile change: new parameters (a Poll), no BGP reset.
+    let out = h
+        .node
+        .load(parse(&config("", 100)), facts(&[("rack", "a")]));
+    assert!(out.closing.is_empty());
+    assert_eq!(h.take(), ["bfd set 1 rx 100"]);
+
+    // A timer change of r1: only r1 restarts (and gets its routes again).
+    let out = h.node.load(
+        parse(&config(", holdTime: 30s", 100)),
+        facts(&[("rack", "a")]),
+    );
+    assert_eq!(out.closing.len(), 1);
+    assert_eq!(
+        h.take(),
+        [
+            "bfd release 1",
+            "r1#1 close Deconfigured",
+            "r1#3 spawn 192.0.2.1:179",
+            "bfd acquire 192.0.2.11->192.0.2.1 rx 100 = 2",
+            "r1#3 set [198.51.100.7/32]",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn bfd_down_holds_bgp_down_until_bfd_is_up() {
+    let mut h = Harness::new();
+    h.node.load(parse(&config("", 50)), facts(&[]));
+    h.take();
+    let bgp = h.node.bgp();
+    let _ = bgp.take_status_changes();
+    bgp.on_event(PeerEvent {
+        id: SessionId {
+            peer: "r1".into(),
+            generation: 1,
+        },
+        state: FsmState::Established,
+        last_error: None,
+        local: Some(SocketAddr::new("192.0.2.11".parse().unwrap(), 40000)),
+        held_down: false,
+    });
+    bgp.on_bfd(&[1], BfdState::Up, false);
+    let st = bgp.take_status_changes();
+    assert_eq!(st.len(), 1);
+    let s = st[0].1.as_ref().unwrap();
+    assert_eq!(
+        (s.bgp_status.as_str(), s.bfd_status.as_str()),
+        ("Established", "Up")
+    );
+    // Down: held down once, whatever the repeats; Init changes only the status.
+    bgp.on_bfd(&[1], BfdState::Down, true);
+    bgp.on_bfd(&[1], BfdState::Init, false);
+    assert_eq!(h.take(), ["r1#1 hold_down BFD Down"]);
+    let bgp = h.node.bgp();
+    assert_eq!(bgp.status_of("r1").unwrap().bfd_status, "Init");
+    bgp.on_bfd(&[1], BfdState::Up, false);
+    assert_eq!(h.take(), ["r1#1 release"]);
+    // Late events of an old session are ignored; r2 has no BFD.
+    let bgp = h.node.bgp();
+    bgp.on_event(PeerEvent {
+        id: SessionId {
+            peer: "r1".into(),
+            generation: 99,
+        },
+        state: FsmState::Idle,
+        last_error: Some("old".into()),
+        local: None,
+        held_down: false,
+    });
+    assert_eq!(bgp.status_of("r1").unwrap().bgp_status, "Established");
+    assert_eq!(bgp.status_of("r2").unwrap().bfd_status, "N/A");
+}
+
+#[tokio::test]
+async fn node_labels_start_and_stop_sessions_by_selector_only() {
+    let mut h = Harness::new();
+    let peers = config("", 50)
+        + r#"
+---
+apiVersion: metallb.io/v1beta2
+kind: BGPPeer
+metadata: {name: rack-b, namespace: metallb-system}
+spec: {myASN: 64513, peerASN: 64512, peerAddress: 192.0.2.3, nodeSelectors: [{matchLabels: {rack: b}}]}
+"#;
+    h.node.load(parse(&peers), facts(&[("rack", "a")]));
+    let first = h.take();
+    assert!(!first.iter().any(|l| l.contains("192.0.2.3")), "{first:?}");
+    h.node.load(parse(&peers), facts(&[("rack", "b")]));
+    let spawned = h.take();
+    assert_eq!(spawned[0], "rack-b#3 spawn 192.0.2.3:179", "{spawned:?}");
+    assert!(!spawned.iter().any(|l| l.contains("close")), "{spawned:?}");
+    let status: Vec<String> = h
+        .node
+        .bgp()
+        .take_status_changes()
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    assert!(status.contains(&"rack-b".to_owned()));
+    // Shutdown: a Cease for peers without graceful restart.
+    let log_handle = h.log.clone();
+    let closings = h.node.shutdown();
+    assert_eq!(closings.len(), 3);
+    let log = std::mem::take(&mut *log_handle.lock().unwrap());
+    assert!(
+        log.iter()
+            .all(|l| l.contains("Shutdown") || l.contains("bfd release")),
+        "{log:?}"
+    );
+}
