@@ -17,5 +17,6 @@ pub mod bgp_speaker;
 pub mod config_state;
 pub mod decide;
 pub mod flags;
+pub mod metrics;
 pub mod node;
 pub mod node_config;

@@ -187,14 +187,7 @@ async fn run(args: Args) -> Result<()> {
     let metrics = K8sClientMetrics::register(&registry)?;
     let status_metrics = status::Metrics::register(&registry)?;
     let bgp_metrics = bgp::metrics::BgpMetrics::register(&registry)?;
-    let announced_metric = prometheus::GaugeVec::new(
-        prometheus::Opts::new(
-            "metallb_speaker_announced",
-            "Services being announced from this node. This is desired state, it does not guarantee that the routing protocols have converged.",
-        ),
-        &["service", "protocol", "node", "ip"],
-    )?;
-    registry.register(Box::new(announced_metric.clone()))?;
+    let announced_metric = speaker::metrics::Announced::register(&registry, &node)?;
     // The BFD runtime: its own thread; without it BFD peers report why.
     let bfd_runtime = match bfd::Bfd::start(bfd::Config::default()) {
         Ok(b) => {
@@ -567,7 +560,7 @@ struct Outputs {
     owner: Option<OwnerReference>,
     svc_status: StatusWriter<ServiceBGPStatus>,
     session_status: StatusWriter<BGPSessionStatus>,
-    announced: prometheus::GaugeVec,
+    announced: speaker::metrics::Announced,
     events: tokio::sync::mpsc::Sender<ObjectReference>,
 }
 
@@ -595,13 +588,7 @@ impl Outputs {
             }
         }
         for (key, ip, on) in fx.announced_metric {
-            let ip = config::gofmt::ip(ip);
-            let labels = [key.as_str(), "bgp", self.node.as_str(), ip.as_str()];
-            if on {
-                self.announced.with_label_values(&labels).set(1.0);
-            } else {
-                let _ = self.announced.remove_label_values(&labels);
-            }
+            self.announced.set(&key, "bgp", ip, on);
         }
         for key in fx.node_assigned {
             let (svc_ns, name) = key.split_once('/').unwrap_or(("", &key));
