@@ -3,13 +3,7 @@
 //! below is the list of those calls, each with the code path that makes it; keep it
 //! next to any change of the controller's API calls.
 
-use std::collections::BTreeSet;
 use std::path::PathBuf;
-
-use serde_json::Value;
-
-/// `(apiGroup, resource, resourceName or "*", verb)`.
-type Grant = (String, String, String, String);
 
 /// Every API call the controller makes.
 const USED: &[(&str, &str, &str, &str, &str)] = &[
@@ -186,57 +180,8 @@ const USED: &[(&str, &str, &str, &str, &str)] = &[
     ),
 ];
 
-fn granted() -> BTreeSet<Grant> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/rbac/controller.yaml");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
-    let mut out = BTreeSet::new();
-    for doc in docs {
-        if doc["kind"] != "ClusterRole" && doc["kind"] != "Role" {
-            continue;
-        }
-        for rule in doc["rules"].as_array().unwrap() {
-            let list = |k: &str| -> Vec<String> {
-                rule[k]
-                    .as_array()
-                    .map(|a| a.iter().map(|v| v.as_str().unwrap().to_owned()).collect())
-                    .unwrap_or_default()
-            };
-            let names = {
-                let n = list("resourceNames");
-                if n.is_empty() {
-                    vec!["*".to_owned()]
-                } else {
-                    n
-                }
-            };
-            for g in list("apiGroups") {
-                for r in list("resources") {
-                    for n in &names {
-                        for v in list("verbs") {
-                            assert!(g != "*" && r != "*" && v != "*", "wildcard in {rule:?}");
-                            out.insert((g.clone(), r.clone(), n.clone(), v));
-                        }
-                    }
-                }
-            }
-        }
-    }
-    out
-}
-
 #[test]
 fn the_controller_is_granted_exactly_what_it_uses() {
-    let used: BTreeSet<Grant> = USED
-        .iter()
-        .map(|(g, r, n, v, _)| (g.to_string(), r.to_string(), n.to_string(), v.to_string()))
-        .collect();
-    let granted = granted();
-    let extra: Vec<_> = granted.difference(&used).collect();
-    let missing: Vec<_> = used.difference(&granted).collect();
-    assert!(
-        extra.is_empty(),
-        "granted but used by no code path: {extra:#?}"
-    );
-    assert!(missing.is_empty(), "used but not granted: {missing:#?}");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/rbac/controller.yaml");
+    testkit::rbac::assert_exactly_used(&path, USED);
 }

@@ -321,8 +321,13 @@ impl Lab {
         // One permission from each Role and ClusterRole, so the authorizer has them all.
         let sa = |n: &str| format!("system:serviceaccount:{METALLB_NAMESPACE}:{n}");
         let ns = Some(METALLB_NAMESPACE);
-        self.wait_allowed(&sa("speaker"), "create", "servicel2statuses.metallb.io", ns)
-            .await?;
+        self.wait_allowed(
+            &sa("speaker"),
+            "create",
+            "servicebgpstatuses.metallb.io",
+            ns,
+        )
+        .await?;
         self.wait_allowed(
             &sa("speaker"),
             "list",

@@ -460,10 +460,11 @@ async fn run(args: Args) -> Result<()> {
         r = daemon::shutdown_signal() => r,
         r = reconcile => r.context("the speaker loop ended"),
     };
-    // Sessions first: graceful-restart peers keep our routes, the others get a Cease.
+    // Sessions first: graceful-restart peers keep our routes, the others get a Cease
+    // (bounded: MetalLB's manifests give the Pod 2 s after SIGTERM).
     let ending = speaker.shutdown();
     let _ = tokio::time::timeout(
-        Duration::from_secs(2),
+        Duration::from_secs(1),
         futures_util::future::join_all(ending),
     )
     .await;

@@ -38,6 +38,7 @@ pub mod pcap;
 pub mod plan;
 pub mod preflight;
 pub mod process;
+pub mod rbac;
 pub mod router;
 pub mod topology;
 pub mod wait;

@@ -275,19 +275,19 @@ async fn speaker_token_may_write_only_its_status_objects_in_its_namespace() -> R
         );
     }
 
-    // Writes it needs, in metallb-system: a ServiceL2Status (create, status, delete), a
-    // ServiceBGPStatus, a BGPSessionStatus, its ConfigurationState.
-    let (api, l2) = dynamic(&lab, &speaker, ms, "ServiceL2Status", "", json!({}));
-    let mut l2 = l2;
-    l2.metadata.name = None;
-    l2.metadata.generate_name = Some("l2-".into());
+    // Writes it needs, in metallb-system: a ServiceBGPStatus (create, status, delete), a
+    // BGPSessionStatus, its ConfigurationState. (ServiceL2Status comes with the L2 mode.)
+    let (api, bgp) = dynamic(&lab, &speaker, ms, "ServiceBGPStatus", "", json!({}));
+    let mut bgp = bgp;
+    bgp.metadata.name = None;
+    bgp.metadata.generate_name = Some("bgp-".into());
     if let Some(created) = c.allowed(
-        "create a ServiceL2Status (generateName l2-) in metallb-system",
-        api.create(&PostParams::default(), &l2).await,
+        "create a ServiceBGPStatus (generateName bgp-) in metallb-system",
+        api.create(&PostParams::default(), &bgp).await,
     ) {
         let name = created.metadata.name.clone().unwrap_or_default();
         c.allowed(
-            "write a ServiceL2Status's status in metallb-system",
+            "write a ServiceBGPStatus's status in metallb-system",
             api.patch_status(
                 &name,
                 &PatchParams::default(),
@@ -298,7 +298,7 @@ async fn speaker_token_may_write_only_its_status_objects_in_its_namespace() -> R
             .await,
         );
         c.allowed(
-            "delete a ServiceL2Status in metallb-system",
+            "delete a ServiceBGPStatus in metallb-system",
             api.delete(&name, &DeleteParams::default()).await,
         );
     }
@@ -347,8 +347,8 @@ async fn speaker_token_may_write_only_its_status_objects_in_its_namespace() -> R
             cs_api.delete(&cs_name, &DeleteParams::default()).await,
         );
     }
-    c.allowed(
-        "create an Event (core) about a Service",
+    c.refused(
+        "create an Event (core; its Recorder writes events.k8s.io)",
         Api::<Event>::namespaced(speaker.clone(), &other.name)
             .create(
                 &PostParams::default(),
