@@ -918,7 +918,16 @@ async fn wait_paths_from(
 /// `netns` (a thread enters it; 5 s deadline).
 pub async fn http_get_in(netns: &str, port: u16, path: &str) -> Result<String> {
     let (netns, path) = (netns.to_owned(), path.to_owned());
-    tokio::task::spawn_blocking(move || -> Result<String> {
+    tokio::task::spawn_blocking(move || http_get_in_blocking(&netns, port, &path))
+        .await
+        .context("the namespace thread panicked")?
+}
+
+/// [`http_get_in`] for callers without a runtime (the demo): a thread of its own
+/// enters the namespace, so the caller's namespace never changes.
+pub fn http_get_in_blocking(netns: &str, port: u16, path: &str) -> Result<String> {
+    let (netns, path) = (netns.to_owned(), path.to_owned());
+    std::thread::spawn(move || -> Result<String> {
         testkit::netns::enter_thread(&netns)?;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
@@ -934,8 +943,8 @@ pub async fn http_get_in(netns: &str, port: u16, path: &str) -> Result<String> {
             .with_context(|| format!("reading GET {addr}{path} in {netns}"))?;
         Ok(String::from_utf8_lossy(&out).into_owned())
     })
-    .await
-    .context("the namespace thread panicked")?
+    .join()
+    .map_err(|_| anyhow!("the namespace thread panicked"))?
 }
 
 /// The value of metric line `name{labels}` (exact text before the value) in an
