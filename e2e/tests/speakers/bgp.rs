@@ -505,8 +505,8 @@ async fn bfd_notices_a_silent_link_cut_and_the_router_withdraws_until_the_link_i
             start.elapsed(),
             Duration::from_secs(2),
         )?;
-        // The node's BGPSessionStatus says so once the link is back (its writes go
-        // through the relay, not the cut link; BGP stays down while BFD is).
+        // BGP stays down while BFD is down: node-2's path does not come back while the
+        // link is cut.
         tokio::time::sleep(Duration::from_secs(2)).await;
         ensure!(
             paths(&sl.router, &host(90))?
@@ -514,6 +514,26 @@ async fn bfd_notices_a_silent_link_cut_and_the_router_withdraws_until_the_link_i
                 .all(|p| p.next_hop != "192.0.2.12"),
             "node-2's path came back while its link is cut"
         );
+        // The speaker reports it (its API writes go through the relay, not the cut link).
+        wait_until(
+            "BGPSessionStatus node-2-router: bfdStatus Down, bgpStatus not Established",
+            Duration::from_secs(5),
+            || async {
+                let l = sl
+                    .list("BGPSessionStatus", Some("metallb.io/node=node-2"))
+                    .await
+                    .map_err(|e| format!("{e:#}"))?;
+                let seen: Vec<String> = l
+                    .iter()
+                    .map(|o| format!("{:?} {}", o.metadata.name, o.data["status"]))
+                    .collect();
+                let ok = l.len() == 1
+                    && l[0].data["status"]["bfdStatus"] == "Down"
+                    && l[0].data["status"]["bgpStatus"] != "Established";
+                if ok { Ok(()) } else { Err(seen.join("; ")) }
+            },
+        )
+        .await?;
         cut.restore()?;
         sl.wait_sessions(&ALL, SESSIONS_WITHIN).await?;
         sl.wait_next_hops(&host(90), &ALL, SESSIONS_WITHIN).await?;
