@@ -299,6 +299,8 @@ impl SpeakerLab {
         cmd.args([
             "--log-format",
             "text",
+            "--log-level",
+            "debug",
             "--node-name",
             &node,
             "--lb-class",
@@ -581,8 +583,9 @@ impl SpeakerLab {
         let mut s = String::new();
         for sp in self.speakers.iter().flatten() {
             let log = sp.log_text();
-            let lines: Vec<&str> = log.lines().collect();
-            let tail = &lines[lines.len().saturating_sub(40)..];
+            // Debug lines of the project's crates only (not the HTTP client's).
+            let lines: Vec<&str> = log.lines().filter(|l| ours_or_not_debug(l)).collect();
+            let tail = &lines[lines.len().saturating_sub(60)..];
             s.push_str(&format!(
                 "--- speaker {} ({}), last {} lines:\n{}\n",
                 sp.node,
@@ -605,14 +608,63 @@ impl SpeakerLab {
         s
     }
 
+    /// What the speakers say through their metrics (`metallb_speaker_announced`,
+    /// `metallb_bgp_*`) and the status objects of the test namespace, for a failure.
+    pub async fn api_diagnostics(&self) -> String {
+        let mut s = String::new();
+        for sp in self.speakers.iter().flatten() {
+            match sp.metrics().await {
+                Ok(body) => {
+                    let lines: Vec<&str> = body
+                        .lines()
+                        .filter(|l| {
+                            (l.starts_with("metallb_speaker_announced")
+                                || l.starts_with("metallb_bgp_session_up")
+                                || l.starts_with("metallb_bgp_announced_prefixes_total")
+                                || l.starts_with("metallb_bgp_updates_total"))
+                                && !l.starts_with('#')
+                        })
+                        .collect();
+                    s.push_str(&format!(
+                        "--- speaker {} metrics:\n{}\n",
+                        sp.node,
+                        lines.join("\n")
+                    ));
+                }
+                Err(e) => s.push_str(&format!("--- speaker {} metrics: {e:#}\n", sp.node)),
+            }
+        }
+        for kind in ["BGPSessionStatus", "ServiceBGPStatus", "ConfigurationState"] {
+            match self.list(kind, None).await {
+                Ok(l) => {
+                    s.push_str(&format!("--- {kind} in {}:\n", self.namespace()));
+                    for o in l {
+                        s.push_str(&format!(
+                            "  {} labels {:?} status {}\n",
+                            o.metadata.name.unwrap_or_default(),
+                            o.metadata.labels.unwrap_or_default(),
+                            o.data["status"]
+                        ));
+                    }
+                }
+                Err(e) => s.push_str(&format!("--- {kind}: {e:#}\n")),
+            }
+        }
+        s
+    }
+
     /// Ends the test: on `Err` attaches [`Self::diagnostics`]; stops the speakers
     /// (SIGTERM) and routers, removes the namespaces, the node labels the test set, its
     /// API namespace and ClusterRoleBindings.
     pub async fn finish(mut self, result: Result<()>) -> Result<()> {
-        let result = result.map_err(|e| {
-            let d = self.diagnostics();
-            e.context(format!("diagnostics:\n{d}"))
-        });
+        let result = match result {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let mut d = self.diagnostics();
+                d.push_str(&self.api_diagnostics().await);
+                Err(e.context(format!("diagnostics:\n{d}")))
+            }
+        };
         for n in 1..=self.speakers.len() {
             let _ = self.stop_speaker(n, Duration::from_secs(5));
         }
@@ -643,6 +695,45 @@ impl SpeakerLab {
         result?;
         cleanup
     }
+}
+
+/// Whether a text log line is not DEBUG/TRACE, or comes from one of the project's crates.
+fn ours_or_not_debug(line: &str) -> bool {
+    let plain: String = strip_ansi(line);
+    let mut words = plain.split_whitespace().skip(1);
+    let level = words.next().unwrap_or_default();
+    if level != "DEBUG" && level != "TRACE" {
+        return true;
+    }
+    let target = words.next().unwrap_or_default();
+    [
+        "speaker",
+        "bgp",
+        "bfd",
+        "status",
+        "cluster_view",
+        "daemon",
+        "kube_edge",
+    ]
+    .iter()
+    .any(|c| target == *c || target.starts_with(&format!("{c}:")))
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// `router`'s BGPPeer spec: 192.0.2.1, AS 64512, from the nodes' AS 64513.

@@ -79,7 +79,7 @@ impl Checks {
             (true, true) => "ok",
             (true, false) => "FAILED",
             (false, true) => "holds (not checked)",
-            (false, false) => "does not hold (not checked: no speaker)",
+            (false, false) => "does not hold (not checked)",
         };
         println!("check: {}: {tag} ({})", c.what, c.seen);
         self.0.push(c);
