@@ -122,6 +122,29 @@ async fn a_service_is_announced_from_every_node_with_ecmp_and_withdrawn_when_del
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_present_when_the_speakers_start_is_announced_from_every_node() -> Result<()> {
+    let opts = SpeakerLabOptions::new("spk-atstart").without_speakers();
+    let Some((_lab, mut sl)) = start(opts).await? else {
+        return Ok(());
+    };
+    let body = async {
+        sl.apply_basic_config(json!({})).await?;
+        let svc = sl
+            .service("web")
+            .endpoints(vec![EndpointSpec::ready("node-1")]);
+        sl.create_service(svc, &[pool_ip(15)]).await?;
+        for n in ALL {
+            sl.start_speaker(n, &[]).await?;
+        }
+        sl.wait_sessions(&ALL, SESSIONS_WITHIN).await?;
+        sl.wait_next_hops(&host(15), &ALL, ROUTE_WITHIN).await?;
+        anyhow::Ok(())
+    };
+    let r = body.await;
+    sl.finish(r).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aggregation_length_announces_the_aggregate_instead_of_each_address() -> Result<()> {
     let Some((_lab, sl)) = start(SpeakerLabOptions::new("spk-aggr")).await? else {
         return Ok(());
