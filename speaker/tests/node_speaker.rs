@@ -240,10 +240,11 @@ async fn sessions_routes_and_effects_follow_the_cluster() {
     );
     // A Service: its /32 to both peers, once; the effects say so.
     let web = svc("web", "198.51.100.7");
-    assert_eq!(
-        h.node.service("default/web", Some(&web), &slices("web")),
-        Some(Ok(()))
-    );
+    let d = h
+        .node
+        .service("default/web", Some(&web), &slices("web"))
+        .unwrap();
+    assert_eq!((d.result, d.changed), (Ok(()), true));
     h.node.publish();
     assert_eq!(
         h.take(),
@@ -267,7 +268,11 @@ async fn sessions_routes_and_effects_follow_the_cluster() {
         )]
     );
     // The same again: nothing sent, no effect, no second event.
-    h.node.service("default/web", Some(&web), &slices("web"));
+    let d = h
+        .node
+        .service("default/web", Some(&web), &slices("web"))
+        .unwrap();
+    assert_eq!((d.result, d.changed), (Ok(()), false));
     assert_eq!(h.node.publish(), 0);
     assert_eq!(h.take(), Vec::<String>::new());
     assert!(h.node.take_effects().is_empty());
