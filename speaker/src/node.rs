@@ -109,8 +109,10 @@ impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B> {
             matches!(loaded, Loaded::Accepted) || (sessions_changed && self.tracker.loaded());
         if apply && let (Some(cfg), Some(facts)) = (self.tracker.running(), self.facts.as_ref()) {
             let (specs, s) = sessions::sessions(cfg, facts);
-            skipped = s;
             closing = self.bgp.set_sessions(specs);
+            self.bgp
+                .set_unrunnable(s.iter().map(|k| (k.peer.clone(), k.why.clone())));
+            skipped = s;
         }
         let reprocess_all =
             self.tracker.loaded() && (matches!(loaded, Loaded::Accepted) || node_changed);

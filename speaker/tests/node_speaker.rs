@@ -430,3 +430,33 @@ spec: {myASN: 64513, peerASN: 64512, peerAddress: 192.0.2.3, nodeSelectors: [{ma
         "{log:?}"
     );
 }
+
+#[tokio::test]
+async fn a_peer_that_cannot_run_here_says_why_in_its_status() {
+    let mut h = Harness::new();
+    let cfg = config("", 50)
+        + r#"
+---
+apiVersion: metallb.io/v1beta2
+kind: BGPPeer
+metadata: {name: unnumbered, namespace: metallb-system}
+spec: {myASN: 64513, peerASN: 64512, interface: eth0}
+"#;
+    let out = h.node.load(parse(&cfg), facts(&[]));
+    assert_eq!(out.skipped.len(), 1);
+    let changes = h.node.bgp().take_status_changes();
+    let s = changes
+        .iter()
+        .find(|(p, _)| p == "unnumbered")
+        .and_then(|(_, s)| s.clone())
+        .unwrap();
+    assert_eq!(s.bgp_status, "Idle");
+    assert!(s.last_error.contains("not supported"), "{}", s.last_error);
+    // Removed from the configuration: its status object goes.
+    h.node.load(parse(&config("", 50)), facts(&[]));
+    let changes = h.node.bgp().take_status_changes();
+    assert!(
+        changes.contains(&("unnumbered".to_owned(), None)),
+        "{changes:?}"
+    );
+}

@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, ensure};
 use e2e::nodes::NodeNetwork;
 use e2e::process::free_port;
-use e2e::{EndpointSpec, Lab, wait_until};
+use e2e::{AuditFilter, EndpointSpec, Lab, wait_until};
 use kube::api::{DeleteParams, DynamicObject, ListParams};
 use serde_json::{Value, json};
 use testkit::frr::{BfdProfile, FrrNeighbor};
+use testkit::process::Signal;
 use testkit::router::RouterKind;
 use testkit::{Family, FrrConfig, LabOptions, NsChild, plan};
 
@@ -113,6 +114,31 @@ async fn sessions(lab: &Lab, ns: &str) -> Result<Vec<(String, String, String)>> 
         .collect();
     out.sort();
     Ok(out)
+}
+
+/// The `result` of `ConfigurationState speaker-node-1` becomes `want`.
+async fn wait_state(lab: &Lab, ns: &str, want: &str) -> Result<()> {
+    wait_until(
+        &format!("speaker-node-1 {want}"),
+        Duration::from_secs(5),
+        || async {
+            let o = lab
+                .metallb(&lab.client, ns, "ConfigurationState")
+                .get("speaker-node-1")
+                .await
+                .map_err(|e| e.to_string())?;
+            let r = o.data["status"]["result"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            if r == want {
+                Ok(())
+            } else {
+                Err(format!("{r}: {}", o.data["status"]))
+            }
+        },
+    )
+    .await
 }
 
 struct Speakers {
@@ -232,7 +258,7 @@ spec: {{communities: ["64512:7"]}}
         )?);
     }
     let speakers = Speakers { procs };
-    let result = scenario(&lab, &setup, &ns, &rack, &net, &frr, &bird).await;
+    let result = scenario(&lab, &setup, &ns, &rack, &net, &frr, &bird, &speakers).await;
     if result.is_err() {
         eprintln!("speaker logs:\n{}", speakers.logs());
         eprintln!(
@@ -248,6 +274,7 @@ spec: {{communities: ["64512:7"]}}
     result
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn scenario(
     lab: &Lab,
     setup: &e2e::ControllerSetup,
@@ -256,6 +283,7 @@ async fn scenario(
     net: &NodeNetwork,
     frr: &testkit::Frr,
     bird: &testkit::router::Router,
+    speakers: &Speakers,
 ) -> Result<()> {
     let prefix = format!("{IP}/32");
     // Every session up, as kubectl shows them.
@@ -406,6 +434,66 @@ spec: {{communities: ["64512:7"], nodeSelectors: [{{matchLabels: {{{rack}: b}}}}
     cut.restore()?;
     wait_paths(frr, &prefix, 3, Duration::from_secs(30)).await?;
 
+    // An invalid configuration (an overlapping pool) keeps every route and shows
+    // Invalid; fixing it shows Valid.
+    apply(
+        lab,
+        &format!(
+            "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {{name: overlap, namespace: {ns}}}\nspec: {{addresses: [198.51.100.64/28]}}\n"
+        ),
+    )
+    .await?;
+    wait_state(lab, ns, "Invalid").await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    ensure!(
+        frr_paths(frr, &prefix)?.len() == 3,
+        "a route went with the invalid configuration"
+    );
+    lab.kubectl_ok(&["-n", ns, "delete", "ipaddresspool", "overlap"], None)
+        .await?;
+    wait_state(lab, ns, "Valid").await?;
+
+    // Nothing changes for 30 s: the speakers write nothing.
+    let audit = lab.audit();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mark = audit.mark().await?;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let idle = audit
+        .count(Some(mark), &AuditFilter::user(&setup.user))
+        .await?;
+    ensure!(
+        idle.rows().is_empty(),
+        "writes by idle speakers: {:?}",
+        idle.rows()
+    );
+
+    // The router resets every session: the routes come back.
+    frr.vtysh(&["clear bgp *"])?;
+    let t = Instant::now();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_paths(frr, &prefix, 3, Duration::from_secs(30)).await?;
+    eprintln!(
+        "FRR: 3 paths again {:?} after clearing its sessions",
+        t.elapsed()
+    );
+
+    // SIGTERM: a Cease, the router withdraws at once (not after the 90 s hold time).
+    let t = Instant::now();
+    speakers.procs[2].signal(Signal::TERM);
+    wait_paths(frr, &prefix, 2, Duration::from_secs(3)).await?;
+    eprintln!(
+        "FRR withdrew node-3's path {:?} after its SIGTERM",
+        t.elapsed()
+    );
+    // SIGKILL: no Cease; BFD notices (3 x 100 ms) and the router withdraws.
+    let t = Instant::now();
+    speakers.procs[0].signal(Signal::KILL);
+    wait_paths(frr, &prefix, 1, Duration::from_secs(3)).await?;
+    eprintln!(
+        "FRR withdrew node-1's path {:?} after its SIGKILL",
+        t.elapsed()
+    );
+
     // Deleted: withdrawn everywhere, the status objects go.
     let t = Instant::now();
     lab.kubectl_ok(&["-n", ns, "delete", "svc", "web", "--wait=false"], None)
@@ -413,13 +501,16 @@ spec: {{communities: ["64512:7"], nodeSelectors: [{{matchLabels: {{{rack}: b}}}}
     wait_paths(frr, &prefix, 0, Duration::from_secs(10)).await?;
     eprintln!("FRR: {prefix} withdrawn {:?} after the delete", t.elapsed());
     wait_until(
-        "no ServiceBGPStatus left",
+        "node-2's ServiceBGPStatus deleted (the killed speakers' stay: their Pods own them)",
         Duration::from_secs(10),
         || async {
-            let n = list(lab, ns, "ServiceBGPStatus")
+            let objs = list(lab, ns, "ServiceBGPStatus")
                 .await
-                .map_err(|e| e.to_string())?
-                .len();
+                .map_err(|e| e.to_string())?;
+            let n = objs
+                .iter()
+                .filter(|o| o.data["status"]["node"] == "node-2")
+                .count();
             if n == 0 {
                 Ok(())
             } else {
