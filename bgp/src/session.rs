@@ -53,6 +53,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -466,6 +467,8 @@ struct Conn {
     writer_task: JoinHandle<()>,
     reader_task: JoinHandle<()>,
     out: Outbox,
+    /// The TCP socket ([`Connection::tcp`]).
+    tcp: Option<OwnedFd>,
 }
 
 /// What waits to be written on one connection (see the module
@@ -751,10 +754,26 @@ impl Driver {
                         .map(|d| format!("{}: {}", d.family, d.text))
                         .collect(),
                 })));
+                let mut failed = None;
                 if let Some(c) = self.conns.get_mut(&params.conn) {
+                    // No KEEPALIVE will come: TCP watches the peer.
+                    if params.hold_time == 0
+                        && let Some(tcp) = &c.tcp
+                        && let Err(e) = transport::set_dead_peer_detection(tcp)
+                    {
+                        failed = Some(e);
+                    }
                     c.decode = params.decode;
                     c.encode = params.encode;
                     c.params = Some(*params);
+                }
+                if let Some(e) = failed {
+                    let now = SystemTime::now();
+                    let err = match &e {
+                        TransportError::Socket { op, source } => LastError::socket(op, source, now),
+                        other => LastError::session(other.to_string(), now),
+                    };
+                    self.set_error(err);
                 }
             }
             Output::Established { conn } => {
@@ -1014,6 +1033,7 @@ impl Driver {
             remote,
             read,
             write,
+            tcp,
         } = connection;
         let interface = match transport::interface_of(local.ip()) {
             Ok(i) => i,
@@ -1039,6 +1059,7 @@ impl Driver {
                 writer_task,
                 reader_task,
                 out: Outbox::default(),
+                tcp,
             },
         );
         (local, remote, interface)

@@ -37,11 +37,11 @@ use std::fmt;
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::pin::Pin;
 use std::time::Duration;
 
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use socket2::{Domain, Protocol, SockAddr, SockRef, Socket, TcpKeepalive, Type};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
@@ -51,6 +51,19 @@ pub const TTL_MULTIHOP: u8 = 255;
 pub const TTL_DIRECT: u8 = 1;
 /// The connect timeout when none is given.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// TCP keepalive of a connection on which no BGP KEEPALIVE is exchanged
+/// (negotiated hold time 0, see [`set_dead_peer_detection`]): the first
+/// probe after this much silence,
+pub const HOLD_ZERO_KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+/// then one every this long,
+pub const HOLD_ZERO_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// this many unanswered before the kernel resets the connection (a dead
+/// peer is found 60 s after it last spoke);
+pub const HOLD_ZERO_KEEPALIVE_PROBES: u32 = 3;
+/// and `TCP_USER_TIMEOUT`: data unacknowledged this long resets the
+/// connection too (the default hold time's 90 s).
+pub const HOLD_ZERO_USER_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The TTL (IPv4) or hop limit (IPv6) of a session: iBGP 255, eBGP 1 unless
 /// `ebgp_multihop`, then 255.
@@ -246,6 +259,11 @@ pub struct Connection {
     pub remote: SocketAddr,
     pub read: Box<dyn AsyncRead + Send + Unpin>,
     pub write: Box<dyn AsyncWrite + Send + Unpin>,
+    /// The TCP socket (a duplicate of its descriptor), for the options
+    /// the driver sets once the OPEN exchange is done
+    /// ([`set_dead_peer_detection`] when the negotiated hold time is 0);
+    /// `None` for other transports.
+    pub tcp: Option<OwnedFd>,
 }
 
 impl fmt::Debug for Connection {
@@ -266,12 +284,17 @@ impl Connection {
         let remote = stream
             .peer_addr()
             .map_err(TransportError::socket("getpeername"))?;
+        let tcp = stream
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(TransportError::socket("dup"))?;
         let (read, write) = stream.into_split();
         Ok(Self {
             local,
             remote,
             read: Box::new(read),
             write: Box::new(write),
+            tcp: Some(tcp),
         })
     }
 }
@@ -440,6 +463,27 @@ pub fn configure_accepted(stream: &TcpStream, ttl: u8) -> Result<(), TransportEr
     set_ttl(&sock, ipv4, ttl)?;
     sock.set_tcp_nodelay(true)
         .map_err(TransportError::socket("set TCP_NODELAY"))
+}
+
+/// Dead-peer detection for a connection on which no KEEPALIVE is exchanged
+/// (negotiated hold time 0, RFC 4271 4.4): TCP keepalive
+/// ([`HOLD_ZERO_KEEPALIVE_IDLE`], [`HOLD_ZERO_KEEPALIVE_INTERVAL`],
+/// [`HOLD_ZERO_KEEPALIVE_PROBES`]) and `TCP_USER_TIMEOUT`
+/// ([`HOLD_ZERO_USER_TIMEOUT`]), so that a peer gone without a FIN or RST
+/// resets the connection instead of leaving the session Established for
+/// ever. Not set otherwise: with a hold time the hold timer detects a
+/// dead peer, and RFC 9687's SendHoldTimer a peer that stops reading
+/// (which `TCP_USER_TIMEOUT` would cut short, losing its NOTIFICATION).
+pub fn set_dead_peer_detection(socket: impl AsFd) -> Result<(), TransportError> {
+    let sock = SockRef::from(&socket);
+    let keepalive = TcpKeepalive::new()
+        .with_time(HOLD_ZERO_KEEPALIVE_IDLE)
+        .with_interval(HOLD_ZERO_KEEPALIVE_INTERVAL)
+        .with_retries(HOLD_ZERO_KEEPALIVE_PROBES);
+    sock.set_tcp_keepalive(&keepalive)
+        .map_err(TransportError::socket("set SO_KEEPALIVE"))?;
+    sock.set_tcp_user_timeout(Some(HOLD_ZERO_USER_TIMEOUT))
+        .map_err(TransportError::socket("set TCP_USER_TIMEOUT"))
 }
 
 /// The interface that holds an address, with its first IPv4 address and

@@ -860,16 +860,40 @@ fn hold_time_zero_disables_both_timers() {
     let (mut s, out) = negotiate_with(c, 90);
     let p = negotiated(&out).unwrap();
     assert_eq!((p.hold_time, p.keepalive_time), (0, 0));
-    assert!(timer_cancelled(&out, Timer::Hold { conn: A1 }));
     assert!(timer_set(&out, Timer::Keepalive { conn: A1 }).is_none());
-    assert!(timer_set(&out, Timer::Hold { conn: A1 }).is_none());
+    // OpenConfirm keeps a guard timer (see below).
+    assert_eq!(
+        timer_set(&out, Timer::Hold { conn: A1 }),
+        Some(OPEN_SENT_HOLD_TIME)
+    );
     let out = s.process(received(A1, Message::Keepalive));
     assert_eq!(s.state(), FsmState::Established);
+    assert!(timer_cancelled(&out, Timer::Hold { conn: A1 }));
     assert!(timer_set(&out, Timer::Hold { conn: A1 }).is_none());
     assert!(s.armed_timers().is_empty(), "{:?}", s.armed_timers());
     // The peer's 0 does the same.
     let (_, out) = negotiate_with(config(), 0);
     assert_eq!(negotiated(&out).unwrap().hold_time, 0);
+}
+
+/// Hold time 0 negotiated: a peer that never sends its KEEPALIVE cannot
+/// keep the session in OpenConfirm for ever; OpenSent's hold time guards
+/// OpenConfirm and expires as a hold timer does.
+#[test]
+fn hold_time_zero_keeps_a_guard_timer_in_open_confirm() {
+    let mut c = config();
+    c.hold_time = Some(0);
+    let (mut s, out) = negotiate_with(c, 90);
+    assert_eq!(s.state(), FsmState::OpenConfirm);
+    assert_eq!(
+        timer_set(&out, Timer::Hold { conn: A1 }),
+        Some(OPEN_SENT_HOLD_TIME)
+    );
+    assert!(s.armed_timers().contains(&Timer::Hold { conn: A1 }));
+    let out = s.process(Input::HoldTimerExpired { conn: A1 });
+    assert_eq!(sent(&out), vec![(A1, Notification::HoldTimerExpired)]);
+    assert_eq!(closed(&out), vec![A1]);
+    assert_eq!(s.state(), FsmState::Idle);
 }
 
 /// An OPEN body as the wire carries it.

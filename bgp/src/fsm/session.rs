@@ -1095,7 +1095,11 @@ impl Session {
             self.restart_hold(out, idx);
             self.restart_keepalive(out, idx);
         } else {
-            self.disarm(out, Timer::Hold { conn: this });
+            // Hold time 0: no hold timer once Established, but OpenConfirm
+            // keeps a guard (OpenSent's large hold time) so that a peer
+            // that never sends its KEEPALIVE cannot keep the connection
+            // in OpenConfirm for ever.
+            self.arm(out, Timer::Hold { conn: this }, OPEN_SENT_HOLD_TIME);
         }
     }
 
@@ -1103,6 +1107,16 @@ impl Session {
         self.conns[idx].state = FsmState::Established;
         // The restart is over: later OPENs are reconnections, not restarts.
         self.restart_state = false;
+        if self.conns[idx]
+            .params
+            .as_ref()
+            .is_some_and(|p| p.hold_time == 0)
+        {
+            // OpenConfirm's guard ends; TCP keepalive watches the peer
+            // (the driver, on `Negotiated` with hold time 0).
+            let conn = self.conns[idx].id;
+            self.disarm(out, Timer::Hold { conn });
+        }
         self.restart_hold(out, idx);
         self.attempt = 0;
         self.abandon_connect(out);
