@@ -117,6 +117,13 @@ pub struct PeerConfig {
     /// local `addr:port`, shared with every other session listening there
     /// (in the same `vrf`), see [`crate::listener`].
     pub listen: Option<SocketAddr>,
+    /// GTSM (RFC 5082, TTL security): the peer is at most this many hops
+    /// away (1: directly connected). Our connections send with TTL / hop
+    /// limit 255, and the kernel drops segments of the peer's connections
+    /// arriving with less than `256 - hops` (`IP_MINTTL` /
+    /// `IPV6_MINHOPCOUNT` on the connecting and the accepted sockets).
+    /// `None` (the default): no check.
+    pub ttl_security_hops: Option<u8>,
 }
 
 impl std::fmt::Debug for PeerConfig {
@@ -130,6 +137,7 @@ impl std::fmt::Debug for PeerConfig {
             .field("vrf", &self.vrf)
             .field("connect_timeout", &self.connect_timeout)
             .field("listen", &self.listen)
+            .field("ttl_security_hops", &self.ttl_security_hops)
             .finish()
     }
 }
@@ -145,6 +153,7 @@ impl PeerConfig {
             vrf: None,
             connect_timeout: None,
             listen: None,
+            ttl_security_hops: None,
         }
     }
 
@@ -159,9 +168,19 @@ impl PeerConfig {
         }
     }
 
-    /// The TTL / hop limit of this session's connections.
+    /// The TTL / hop limit of this session's connections: 255 with GTSM
+    /// ([`PeerConfig::ttl_security_hops`]), else [`transport::ttl_for`].
     pub fn ttl(&self) -> u8 {
+        if self.ttl_security_hops.is_some() {
+            return transport::TTL_MULTIHOP;
+        }
         transport::ttl_for(self.is_ibgp(), self.ebgp_multihop)
+    }
+
+    /// The smallest TTL / hop limit accepted from the peer with GTSM
+    /// ([`transport::min_ttl_for_hops`]); `None` without.
+    pub fn min_ttl(&self) -> Option<u8> {
+        self.ttl_security_hops.map(transport::min_ttl_for_hops)
     }
 }
 
@@ -682,6 +701,7 @@ impl Driver {
             key: ListenKey::new(addr, self.config.vrf.clone()),
             peer: self.config.peer.ip(),
             password: self.config.password.clone(),
+            min_ttl: self.config.min_ttl(),
         };
         let registration = match self.listeners.register(request) {
             Ok(r) => r,
@@ -955,6 +975,7 @@ impl Driver {
             ttl: self.config.ttl(),
             password: self.config.password.clone(),
             vrf: self.config.vrf.clone(),
+            min_ttl: self.config.min_ttl(),
             timeout: self
                 .config
                 .connect_timeout
@@ -1109,7 +1130,12 @@ impl Driver {
                 }
             }
             Event::Accepted(stream) => {
+                let peer = self.config.peer.ip();
                 let connection = transport::configure_accepted(&stream, self.config.ttl())
+                    .and_then(|()| match self.config.min_ttl() {
+                        Some(min) => transport::set_min_ttl(&stream, peer, min),
+                        None => Ok(()),
+                    })
                     .and_then(|()| Connection::tcp(stream));
                 let connection = match connection {
                     Ok(c) => c,
