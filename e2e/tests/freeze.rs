@@ -308,3 +308,82 @@ async fn shutdown_fits_its_budget_while_the_api_server_is_frozen() -> Result<()>
         Err(e) => Err(e.context(format!("log:\n{}", ctl.process.log_text()))),
     }
 }
+
+/// The API server frozen while three speakers announce a Service: nothing is withdrawn
+/// and every session stays up during the freeze and after it; once it is back the
+/// speakers follow changes again (the Service's deletion withdraws it) and write their
+/// status (ServiceBGPStatus objects go with it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_api_server_withdraws_nothing_and_speakers_follow_once_it_is_back() -> Result<()> {
+    use e2e::EndpointSpec;
+    use e2e::speakers::{SpeakerLab, SpeakerLabOptions, netns_available, pool_ip};
+
+    let _serial = SERIAL.lock().await;
+    if !netns_available("freeze speakers")? {
+        return Ok(());
+    }
+    let lab = Lab::connect().await?;
+    let pid: u32 = std::fs::read_to_string(lab.env.state_dir.join("run/kube-apiserver.pid"))?
+        .trim()
+        .parse()?;
+    let sl = SpeakerLab::start(&lab, SpeakerLabOptions::new("freeze-speakers")).await?;
+    let body = async {
+        sl.apply_basic_config(json!({})).await?;
+        sl.wait_sessions(&[1, 2, 3], Duration::from_secs(30))
+            .await?;
+        let ip = pool_ip(90);
+        let prefix = format!("{ip}/32");
+        sl.create_service(
+            sl.service("web")
+                .endpoints(vec![EndpointSpec::ready("node-1")]),
+            &[ip],
+        )
+        .await?;
+        sl.wait_next_hops(&prefix, &[1, 2, 3], Duration::from_secs(10))
+            .await?;
+        let frozen = Frozen::stop(pid)?;
+        eprintln!("froze the API server (pid {pid}) for {FREEZE:?}");
+        let started = std::time::Instant::now();
+        let mut samples = 0;
+        while started.elapsed() < FREEZE {
+            let hops = e2e::speakers::next_hops(&sl.router, &prefix)?;
+            ensure!(
+                hops.len() == 3,
+                "{:?} into the freeze the router has {hops:?} for {prefix}",
+                started.elapsed()
+            );
+            samples += 1;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        drop(frozen);
+        eprintln!("{samples} samples during the freeze: 3 paths each time");
+        // Still there a while after, and the speakers follow the API server again.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        sl.wait_next_hops(&prefix, &[1, 2, 3], Duration::from_secs(1))
+            .await?;
+        sl.wait_sessions(&[1, 2, 3], Duration::from_secs(1)).await?;
+        sl.delete_service("web").await?;
+        sl.wait_next_hops(&prefix, &[], Duration::from_secs(20))
+            .await?;
+        wait_until(
+            "no ServiceBGPStatus left",
+            Duration::from_secs(20),
+            || async {
+                let n = sl
+                    .list("ServiceBGPStatus", None)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .len();
+                if n == 0 {
+                    Ok(())
+                } else {
+                    Err(format!("{n} left"))
+                }
+            },
+        )
+        .await?;
+        Ok(())
+    };
+    let result = body.await;
+    sl.finish(result).await
+}
