@@ -560,19 +560,32 @@ async fn bfd_notices_a_silent_link_cut_and_the_router_withdraws_until_the_link_i
         cut.restore()?;
         sl.wait_sessions(&ALL, SESSIONS_WITHIN).await?;
         sl.wait_next_hops(&host(90), &ALL, SESSIONS_WITHIN).await?;
-        let statuses = sl.list("BGPSessionStatus", None).await?;
-        for n in ALL {
-            let name = format!("node-{n}-router");
-            let s = statuses
-                .iter()
-                .find(|o| o.metadata.name.as_deref() == Some(&name))
-                .with_context(|| format!("no BGPSessionStatus {name}"))?;
-            ensure!(
-                s.data["status"]["bfdStatus"] == "Up",
-                "BGPSessionStatus {name}: {}",
-                s.data["status"]
-            );
-        }
+        wait_until(
+            "every BGPSessionStatus bfdStatus Up again",
+            Duration::from_secs(5),
+            || async {
+                let l = sl
+                    .list("BGPSessionStatus", None)
+                    .await
+                    .map_err(|e| format!("{e:#}"))?;
+                let seen: Vec<String> = l
+                    .iter()
+                    .map(|o| {
+                        format!(
+                            "{} {}",
+                            label(o, "metallb.io/node"),
+                            o.data["status"]["bfdStatus"]
+                        )
+                    })
+                    .collect();
+                if l.len() == 3 && l.iter().all(|o| o.data["status"]["bfdStatus"] == "Up") {
+                    Ok(())
+                } else {
+                    Err(seen.join(", "))
+                }
+            },
+        )
+        .await?;
         anyhow::Ok(())
     }
     .await;
@@ -606,6 +619,19 @@ async fn sigterm_sends_a_cease_and_the_router_withdraws_at_once() -> Result<()> 
     }
     .await;
     sl.finish(r).await
+}
+
+/// A BGPSessionStatus name for (node, peer): `<node>-<peer>` as issue 14 writes it, or
+/// `<node>-<peer>-` plus the API server's 5 random characters (the status writer's
+/// `generateName`, stable for the object's life: status/src/object.rs).
+fn session_name_ok(name: &str, node: &str, peer: &str) -> bool {
+    let base = format!("{node}-{peer}");
+    name == base
+        || name.strip_prefix(&format!("{base}-")).is_some_and(|r| {
+            r.len() == 5
+                && r.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        })
 }
 
 fn status_of(o: &DynamicObject) -> &Value {
@@ -659,11 +685,17 @@ async fn status_objects_show_every_session_and_which_node_announces_which_servic
         .await?;
         for n in ALL {
             let node = format!("node-{n}");
-            let name = format!("{node}-router");
             let o = sessions
                 .iter()
-                .find(|o| o.metadata.name.as_deref() == Some(&name))
-                .with_context(|| format!("no BGPSessionStatus {name}"))?;
+                .find(|o| label(o, "metallb.io/node") == node)
+                .with_context(|| format!("no BGPSessionStatus labelled metallb.io/node={node}"))?;
+            let name = o.metadata.name.clone().unwrap_or_default();
+            ensure!(
+                session_name_ok(&name, &node, "router"),
+                "BGPSessionStatus of ({node}, router) is named {name:?}: want \"{node}-router\" \
+                 (issue 14), or the status writer's readable generateName form \
+                 \"{node}-router-xxxxx\""
+            );
             let s = status_of(o);
             ensure!(
                 label(o, "metallb.io/node") == node
