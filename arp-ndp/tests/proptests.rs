@@ -1,5 +1,6 @@
-//! Properties: decoders never panic on arbitrary bytes, and what we encode
-//! decodes back to itself. (Decoded types are all `Copy`, so by
+//! Properties: decoders never panic on arbitrary bytes (and whatever the
+//! responder answers them with is a well-formed reply for the owned
+//! address asked for), and what we encode decodes back to itself. (Decoded types are all `Copy`, so by
 //! construction they own no heap memory: decoding allocates nothing.)
 
 mod common;
@@ -8,7 +9,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use arp_ndp::interfaces::AllowedInterfaces;
 use arp_ndp::packet::*;
-use arp_ndp::responder::{OwnedIps, respond};
+use arp_ndp::responder::{Decision, OwnedIps, respond};
 use common::*;
 use proptest::prelude::*;
 
@@ -55,7 +56,23 @@ fn exercise(bytes: &[u8]) {
     let _ = ReceivedNs::decode(bytes);
     let _ = NeighborAdvertisement::decode_frame(bytes);
     let _ = NeighborAdvertisement::decode_icmp(bytes);
-    let _ = respond(&everything_owned(), &eth0(), bytes);
+    // Oracle: whatever is answered is answered with a well-formed reply
+    // for the owned address asked for.
+    if let Decision::Reply { ip, frame } = respond(&everything_owned(), &eth0(), bytes) {
+        match ip {
+            std::net::IpAddr::V4(v4) => {
+                let reply = ArpFrame::decode(&frame).expect("the ARP reply decodes");
+                assert_eq!(reply.arp.op, ArpOp::Reply);
+                assert_eq!((reply.arp.sender_mac, reply.arp.sender_ip), (OUR_MAC, v4));
+            }
+            std::net::IpAddr::V6(v6) => {
+                let (_, _, na) =
+                    NeighborAdvertisement::decode_frame(&frame).expect("the NA decodes");
+                assert_eq!((na.target, na.target_lla), (v6, Some(OUR_MAC)));
+                assert!(na.override_flag && !na.router, "{na:?}");
+            }
+        }
+    }
     let _ = icmpv6_checksum(Ipv6Addr::UNSPECIFIED, ALL_NODES, bytes);
 }
 
@@ -199,6 +216,62 @@ proptest! {
         let mut f = NeighborSolicitation::resolve_frame(CLIENT_MAC, v6(1), v6(0x10));
         f[54 + bit / 8] ^= 1 << (bit % 8);
         prop_assert!(ReceivedNs::decode(&f).is_err());
+    }
+
+    /// Oracle of the responder on NDP: a valid solicitation for an owned
+    /// target, from any unicast source, is answered with a frame that
+    /// decodes (checksum verified by the decoder) as a Neighbor
+    /// Advertisement with S=1, O=1, R=0, the target and our MAC, sent back
+    /// to the solicitor.
+    #[test]
+    fn a_valid_ns_for_an_owned_target_gets_a_solicited_override_na(
+        src_mac in unicast_mac(), src in ipv6(),
+    ) {
+        prop_assume!(!src.is_multicast() && !src.is_unspecified());
+        let target: Ipv6Addr = "2001:db8::10".parse().unwrap();
+        let ns = NeighborSolicitation::resolve_frame(src_mac, src, target);
+        let Decision::Reply { ip, frame } = respond(&everything_owned(), &eth0(), &ns) else {
+            return Err(TestCaseError::fail("not answered"));
+        };
+        prop_assert_eq!(ip, std::net::IpAddr::V6(target));
+        let (eth, ip6, na) = NeighborAdvertisement::decode_frame(&frame)
+            .map_err(|e| TestCaseError::fail(format!("reply does not decode: {e}")))?;
+        prop_assert!(na.solicited && na.override_flag && !na.router, "{:?}", na);
+        prop_assert_eq!(na.target, target);
+        prop_assert_eq!(na.target_lla, Some(OUR_MAC));
+        prop_assert_eq!((eth.src, eth.dst), (OUR_MAC, src_mac));
+        prop_assert_eq!((ip6.dst, ip6.hop_limit), (src, 255));
+    }
+
+    /// Oracle of the responder on ARP: a who-has for an owned address from
+    /// any unicast sender is answered with a frame that decodes as an ARP
+    /// reply from our MAC for that address, to the asker.
+    #[test]
+    fn a_who_has_for_an_owned_address_gets_a_reply_to_the_asker(
+        sha in unicast_mac(), spa in any::<[u8; 4]>(),
+    ) {
+        let target: Ipv4Addr = "192.0.2.10".parse().unwrap();
+        let spa = Ipv4Addr::from(spa);
+        prop_assume!(!spa.is_unspecified() && spa != target);
+        let request = ArpFrame {
+            eth_dst: MacAddr([0xff; 6]),
+            eth_src: sha,
+            arp: ArpPacket {
+                op: ArpOp::Request,
+                sender_mac: sha, sender_ip: spa,
+                target_mac: MacAddr([0; 6]), target_ip: target,
+            },
+        };
+        let Decision::Reply { ip, frame } = respond(&everything_owned(), &eth0(), &request.encode()) else {
+            return Err(TestCaseError::fail("not answered"));
+        };
+        prop_assert_eq!(ip, std::net::IpAddr::V4(target));
+        let reply = ArpFrame::decode(&frame)
+            .map_err(|e| TestCaseError::fail(format!("reply does not decode: {e}")))?;
+        prop_assert_eq!(reply.arp.op, ArpOp::Reply);
+        prop_assert_eq!((reply.arp.sender_mac, reply.arp.sender_ip), (OUR_MAC, target));
+        prop_assert_eq!((reply.arp.target_mac, reply.arp.target_ip), (sha, spa));
+        prop_assert_eq!((reply.eth_src, reply.eth_dst), (OUR_MAC, sha));
     }
 
     /// Solicited-node group and its MAC agree with the low 24 bits.

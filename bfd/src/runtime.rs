@@ -471,3 +471,15 @@ fn os_seed() -> u64 {
     h.write_u64(monotonic_ns());
     h.finish()
 }
+
+/// A test that cannot run here (no privilege for a network namespace)
+/// fails, unless `METALLB_TEST_ALLOW_SKIP=1` explicitly allows skipping
+/// it: a skipped test must not pass unnoticed.
+#[cfg(test)]
+fn skip_or_fail(why: &str) {
+    if std::env::var_os("METALLB_TEST_ALLOW_SKIP").is_some_and(|v| v == "1") {
+        eprintln!("skipped ({why}): METALLB_TEST_ALLOW_SKIP=1");
+    } else {
+        panic!("cannot run: {why} (METALLB_TEST_ALLOW_SKIP=1 skips instead)");
+    }
+}

@@ -669,9 +669,19 @@ proptest! {
 
     #[test]
     fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
-        let _ = ControlPacket::decode(&bytes);
+        // Oracle: what decodes re-encodes to the bytes it was read from
+        // (but for a Length that covered bytes beyond the fields).
+        if let Ok(packet) = ControlPacket::decode(&bytes) {
+            let encoded = packet.to_vec();
+            prop_assert_eq!(usize::from(encoded[3]), encoded.len());
+            prop_assert_eq!(&encoded[..3], &bytes[..3]);
+            prop_assert_eq!(&encoded[4..], &bytes[4..encoded.len()]);
+        }
         let _ = ControlPacket::parse(&bytes);
-        let _ = EchoPacket::decode(&bytes);
+        if let Ok(echo) = EchoPacket::decode(&bytes) {
+            let encoded = echo.to_bytes();
+            prop_assert_eq!(&encoded[..], &bytes[..encoded.len()]);
+        }
     }
 
     #[test]

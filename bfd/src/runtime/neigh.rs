@@ -356,4 +356,66 @@ mod tests {
     fn the_kernel_answers_the_dump() {
         dump().expect("neighbour dump");
     }
+
+    /// In a network namespace of a thread of its own (needs root): a
+    /// permanent neighbour added with `ip neigh` is in the dump, on its
+    /// interface, with its MAC; one on another interface is apart.
+    #[test]
+    fn a_neighbour_added_to_the_kernel_is_parsed_from_the_dump() {
+        let seen = std::thread::spawn(|| {
+            match nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET) {
+                Ok(()) => {}
+                Err(nix::errno::Errno::EPERM) => return None,
+                Err(e) => panic!("unshare: {e}"),
+            }
+            let ip = |args: &[&str]| {
+                let ok = std::process::Command::new("ip")
+                    .args(args)
+                    .status()
+                    .expect("`ip` runs")
+                    .success();
+                assert!(ok, "ip {args:?}");
+            };
+            ip(&[
+                "link", "add", "bfdn0", "type", "veth", "peer", "name", "bfdn1",
+            ]);
+            ip(&["link", "set", "bfdn0", "up"]);
+            ip(&["link", "set", "bfdn1", "up"]);
+            for (dev, addr, mac) in [
+                ("bfdn0", "192.0.2.7", "02:00:00:00:00:07"),
+                ("bfdn1", "198.51.100.9", "02:00:00:00:00:09"),
+            ] {
+                ip(&[
+                    "neigh",
+                    "add",
+                    addr,
+                    "lladdr",
+                    mac,
+                    "dev",
+                    dev,
+                    "nud",
+                    "permanent",
+                ]);
+            }
+            let index = |dev| nix::net::if_::if_nametoindex(dev).expect("the veth");
+            Some((dump().expect("dump"), index("bfdn0"), index("bfdn1")))
+        })
+        .join()
+        .expect("the test thread panicked");
+        let Some((table, i0, i1)) = seen else {
+            super::super::skip_or_fail("no privilege for a network namespace");
+            return;
+        };
+        assert_eq!(
+            table.get(&(i0, Ipv4Addr::new(192, 0, 2, 7))),
+            Some(&[0x02, 0, 0, 0, 0, 0x07]),
+            "{table:?}"
+        );
+        assert_eq!(
+            table.get(&(i1, Ipv4Addr::new(198, 51, 100, 9))),
+            Some(&[0x02, 0, 0, 0, 0, 0x09])
+        );
+        assert_eq!(table.get(&(i1, Ipv4Addr::new(192, 0, 2, 7))), None);
+        assert_eq!(table.len(), 2, "{table:?}");
+    }
 }
