@@ -736,3 +736,63 @@ fn shared_ip_answered_until_its_last_owner_releases_it() {
     assert_eq!(t.ndisc6("2001:db8::10"), None);
     assert!(!igmp6().contains(group), "group left: {}", igmp6());
 }
+
+/// One interface's sockets failing (here ENOBUFS, injected, twice) does
+/// not stop the driver from starting and answering on the others; the
+/// failed interface is listed with its error and retried with backoff
+/// until it answers too.
+#[test]
+fn a_failing_interface_does_not_stop_the_driver_and_is_retried() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    let t = Topology::new("ifacefail");
+    t.link("eth1");
+    ok(&[
+        "ip",
+        "-n",
+        &t.cli,
+        "addr",
+        "add",
+        "203.0.113.1/24",
+        "dev",
+        "eth1",
+    ]);
+    let failures = Arc::new(AtomicU32::new(0));
+    let counted = failures.clone();
+    let cfg = DriverConfig {
+        open_fault: Some(arp_ndp::linux::OpenFault(Arc::new(move |name: &str| {
+            (name == "eth1" && counted.fetch_add(1, Ordering::SeqCst) < 2)
+                .then(|| std::io::Error::from_raw_os_error(nix::libc::ENOBUFS))
+        }))),
+        ..DriverConfig::default()
+    };
+    let started = Instant::now();
+    let r = Responder::start(&t.node, cfg);
+    let ip: IpAddr = "192.0.2.10".parse().unwrap();
+    r.handle.own(ip, AllowedInterfaces::all()).unwrap();
+    wait_for(
+        || !r.handle.announced_on(&ip).is_empty(),
+        "eth0 to announce",
+    );
+    let failed = r.handle.failed_interfaces();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].name, "eth1");
+    assert!(failed[0].error.contains("buffer"), "{failed:?}");
+    assert_eq!(
+        t.arping("eth0", "192.0.2.1", "192.0.2.10").as_deref(),
+        Some(t.node_mac("eth0").as_str())
+    );
+    // Retried after 1 s, then 2 s: answering on eth1 too.
+    wait_for(
+        || r.handle.announced_on(&ip).len() == 2,
+        "eth1 to be retried and announced on",
+    );
+    assert!(started.elapsed() >= Duration::from_secs(3));
+    assert_eq!(failures.load(Ordering::SeqCst), 3);
+    assert!(r.handle.failed_interfaces().is_empty());
+    assert_eq!(
+        t.arping("eth1", "203.0.113.1", "192.0.2.10").as_deref(),
+        Some(t.node_mac("eth1").as_str())
+    );
+}

@@ -27,6 +27,16 @@ impl fmt::Display for ClientId {
     }
 }
 
+/// Control packets one session accepts per second (a fixed one-second
+/// window from its first packet); the rest are dropped before the session
+/// sees them ([`RxDrop::RateLimited`]). A peer sends at most one packet per
+/// 10 ms ([`crate::params::INTERVAL_MS_MIN`]), 7.5 ms with jitter, plus a
+/// few Poll and Final packets: this is about twice that, and bounds what
+/// a flood (or a looping peer) costs the runtime thread per session.
+pub const MAX_CONTROL_PER_SECOND: u32 = 250;
+
+const RATE_WINDOW_NS: u64 = 1_000_000_000;
+
 /// Where a control packet arrived: the edge fills it from the socket
 /// (destination port, `IP_PKTINFO`, `IP_RECVTTL`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +66,8 @@ pub enum RxDrop {
     WrongPath(u32),
     #[error("echo packet: {0}")]
     MalformedEcho(EchoError),
+    #[error("session {0} already accepted its control packets for this second")]
+    RateLimited(u32),
 }
 
 /// Registry-wide counters of received packets that reached no session.
@@ -68,6 +80,8 @@ pub struct RegistryCounters {
     pub control_wrong_path: u64,
     pub echo_malformed: u64,
     pub echo_unknown_discriminator: u64,
+    /// Control packets for a session over [`MAX_CONTROL_PER_SECOND`].
+    pub control_rate_limited: u64,
 }
 
 /// Errors of client operations.
@@ -102,6 +116,11 @@ pub struct Released {
 struct Entry {
     session: Session,
     clients: BTreeMap<ClientId, Parameters>,
+    /// Start of the current rate window and the control packets accepted
+    /// in it ([`MAX_CONTROL_PER_SECOND`]).
+    rx_window: (u64, u32),
+    /// Control packets dropped over the rate.
+    rate_limited: u64,
 }
 
 /// All sessions of a speaker.
@@ -185,6 +204,8 @@ impl Registry {
             Entry {
                 session,
                 clients: BTreeMap::from([(client, params)]),
+                rx_window: (now, 0),
+                rate_limited: 0,
             },
         );
         self.by_key.insert(key, discriminator);
@@ -293,12 +314,23 @@ impl Registry {
             };
             discriminator
         };
+        let entry = self.entry_mut(discriminator);
+        let (start, accepted) = &mut entry.rx_window;
+        if now.saturating_sub(*start) >= RATE_WINDOW_NS {
+            (*start, *accepted) = (now, 0);
+        }
+        if *accepted >= MAX_CONTROL_PER_SECOND {
+            entry.rate_limited += 1;
+            self.counters.control_rate_limited += 1;
+            return Err(RxDrop::RateLimited(discriminator));
+        }
+        *accepted += 1;
         let event = Event::Received {
             packet,
             source: meta.source,
             ttl: meta.ttl,
         };
-        let actions = self.entry_mut(discriminator).session.handle(event, now);
+        let actions = entry.session.handle(event, now);
         Ok((discriminator, actions))
     }
 
@@ -338,6 +370,14 @@ impl Registry {
         self.sessions
             .get(&discriminator)
             .map_or_else(Vec::new, |e| e.clients.keys().copied().collect())
+    }
+
+    /// Control packets of a session dropped over
+    /// [`MAX_CONTROL_PER_SECOND`].
+    pub fn rate_limited(&self, discriminator: u32) -> u64 {
+        self.sessions
+            .get(&discriminator)
+            .map_or(0, |e| e.rate_limited)
     }
 
     /// How many clients share a session.

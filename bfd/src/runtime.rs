@@ -94,6 +94,7 @@ mod event_loop;
 mod neigh;
 mod stats;
 mod sys;
+mod timers;
 
 use std::fs::File;
 use std::io;

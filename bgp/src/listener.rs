@@ -106,6 +106,11 @@ pub struct ListenRequest {
     pub peer: IpAddr,
     /// TCP MD5 password (RFC 2385) of the peer. Never printed.
     pub password: Option<String>,
+    /// GTSM (RFC 5082): the smallest TTL / hop limit accepted from the
+    /// peer. The listener drops SYNs below the smallest of its peers'
+    /// (none when one of them has no GTSM); every accepted connection of
+    /// the peer then gets its own (see [`crate::transport::set_min_ttl`]).
+    pub min_ttl: Option<u8>,
 }
 
 impl fmt::Debug for ListenRequest {
@@ -114,6 +119,7 @@ impl fmt::Debug for ListenRequest {
             .field("key", &self.key)
             .field("peer", &self.peer)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("min_ttl", &self.min_ttl)
             .finish()
     }
 }
@@ -229,6 +235,8 @@ struct Peer<S> {
     id: u64,
     password: Option<String>,
     key_installed: bool,
+    /// GTSM ([`ListenRequest::min_ttl`]).
+    min_ttl: Option<u8>,
     sink: S,
 }
 
@@ -301,10 +309,35 @@ impl<S> Table<S> {
                 id,
                 password,
                 key_installed: false,
+                min_ttl: None,
                 sink,
             },
         );
         Ok(id)
+    }
+
+    /// Sets `peer`'s GTSM minimum TTL on `key`.
+    pub fn set_min_ttl(&mut self, key: &ListenKey, peer: IpAddr, min_ttl: Option<u8>) {
+        if let Some(p) = self
+            .entries
+            .get_mut(key)
+            .and_then(|e| e.peers.get_mut(&canonical(peer)))
+        {
+            p.min_ttl = min_ttl;
+        }
+    }
+
+    /// The listener's GTSM minimum TTL: the smallest of its peers', 0 (no
+    /// check) when one of them has none or there is no peer.
+    pub fn min_ttl(&self, key: &ListenKey) -> u8 {
+        let Some(e) = self.entries.get(key) else {
+            return 0;
+        };
+        e.peers
+            .values()
+            .map(|p| p.min_ttl.unwrap_or(0))
+            .min()
+            .unwrap_or(0)
     }
 
     /// Removes registration `id` of `peer` on `key` (nothing when it is no
@@ -527,12 +560,14 @@ impl Listeners {
             key,
             peer,
             password,
+            min_ttl,
         } = request;
         let peer = canonical(peer);
         let (tx, rx) = mpsc::channel(EVENT_QUEUE);
         let weak = Arc::downgrade(&self.inner);
         let mut inner = lock(&self.inner);
         let id = inner.table.insert(&key, peer, password, tx)?;
+        inner.table.set_min_ttl(&key, peer, min_ttl);
         match inner.sockets.get(&key) {
             Some(Socket::Bound {
                 listener, local, ..
@@ -542,6 +577,7 @@ impl Listeners {
                     offer(sink, ListenEvent::Listening(local));
                 }
                 inner.install_key(&key, &listener, peer);
+                inner.apply_min_ttl(&key);
             }
             _ => {
                 inner.bind(&key, &weak, Some(peer), false);
@@ -591,6 +627,18 @@ impl Listeners {
 }
 
 impl Inner {
+    /// Sets the running listener of `key` to drop SYNs below its peers'
+    /// GTSM minimum ([`Table::min_ttl`]).
+    fn apply_min_ttl(&self, key: &ListenKey) {
+        let Some(Socket::Bound { listener, .. }) = self.sockets.get(key) else {
+            return;
+        };
+        let min = self.table.min_ttl(key);
+        if let Err(e) = transport::set_min_ttl(listener.as_ref(), key.addr.ip(), min) {
+            tracing::warn!(listener = %key, error = %e, "GTSM on the listener");
+        }
+    }
+
     /// Installs `peer`'s key (when it has a password) on the running
     /// `listener`; a failure is that registration's error. Connections
     /// from the peer that the kernel completed before the key was there
@@ -711,6 +759,7 @@ impl Inner {
                     h.abort();
                 }
                 self.table.clear_failure(key);
+                self.apply_min_ttl(key);
                 for sink in self.table.sinks(key) {
                     offer(sink, ListenEvent::Listening(local));
                 }
@@ -785,11 +834,14 @@ impl Inner {
                 Some(Socket::Unbound { retry: Some(h) }) => h.abort(),
                 Some(Socket::Unbound { retry: None }) | None => {}
             }
-        } else if removed.key_installed
-            && let Some(Socket::Bound { listener, .. }) = self.sockets.get(key)
-            && let Err(e) = transport::set_listener_md5(listener, peer, None)
-        {
-            tracing::debug!(listener = %key, %peer, error = %e, "deleting the TCP MD5 key");
+        } else {
+            self.apply_min_ttl(key);
+            if removed.key_installed
+                && let Some(Socket::Bound { listener, .. }) = self.sockets.get(key)
+                && let Err(e) = transport::set_listener_md5(listener, peer, None)
+            {
+                tracing::debug!(listener = %key, %peer, error = %e, "deleting the TCP MD5 key");
+            }
         }
     }
 }
@@ -1098,8 +1150,30 @@ mod tests {
             key: k,
             peer: ip("192.0.2.1"),
             password: Some("s3cret".into()),
+            min_ttl: None,
         };
         assert!(!format!("{req:?}").contains("s3cret"));
+    }
+
+    /// The listener's GTSM minimum is the smallest of its peers', none as
+    /// soon as one peer has none.
+    #[test]
+    fn listener_min_ttl_is_the_smallest_of_its_peers() {
+        let mut t: Table<u8> = Table::default();
+        let k = key("192.0.2.11:179");
+        assert_eq!(t.min_ttl(&k), 0);
+        let a = t.insert(&k, ip("192.0.2.1"), None, 1).unwrap();
+        t.set_min_ttl(&k, ip("192.0.2.1"), Some(255));
+        assert_eq!(t.min_ttl(&k), 255);
+        t.insert(&k, ip("192.0.2.2"), None, 2).unwrap();
+        t.set_min_ttl(&k, ip("192.0.2.2"), Some(253));
+        assert_eq!(t.min_ttl(&k), 253);
+        let c = t.insert(&k, ip("192.0.2.3"), None, 3).unwrap();
+        assert_eq!(t.min_ttl(&k), 0, "a peer without GTSM");
+        t.remove(&k, ip("192.0.2.3"), c);
+        assert_eq!(t.min_ttl(&k), 253);
+        t.remove(&k, ip("192.0.2.1"), a);
+        assert_eq!(t.min_ttl(&k), 253);
     }
 
     /// Each registration sees a failure once; a new one, or a different

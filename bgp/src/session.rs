@@ -53,6 +53,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -116,6 +117,13 @@ pub struct PeerConfig {
     /// local `addr:port`, shared with every other session listening there
     /// (in the same `vrf`), see [`crate::listener`].
     pub listen: Option<SocketAddr>,
+    /// GTSM (RFC 5082, TTL security): the peer is at most this many hops
+    /// away (1: directly connected). Our connections send with TTL / hop
+    /// limit 255, and the kernel drops segments of the peer's connections
+    /// arriving with less than `256 - hops` (`IP_MINTTL` /
+    /// `IPV6_MINHOPCOUNT` on the connecting and the accepted sockets).
+    /// `None` (the default): no check.
+    pub ttl_security_hops: Option<u8>,
 }
 
 impl std::fmt::Debug for PeerConfig {
@@ -129,6 +137,7 @@ impl std::fmt::Debug for PeerConfig {
             .field("vrf", &self.vrf)
             .field("connect_timeout", &self.connect_timeout)
             .field("listen", &self.listen)
+            .field("ttl_security_hops", &self.ttl_security_hops)
             .finish()
     }
 }
@@ -144,6 +153,7 @@ impl PeerConfig {
             vrf: None,
             connect_timeout: None,
             listen: None,
+            ttl_security_hops: None,
         }
     }
 
@@ -158,9 +168,19 @@ impl PeerConfig {
         }
     }
 
-    /// The TTL / hop limit of this session's connections.
+    /// The TTL / hop limit of this session's connections: 255 with GTSM
+    /// ([`PeerConfig::ttl_security_hops`]), else [`transport::ttl_for`].
     pub fn ttl(&self) -> u8 {
+        if self.ttl_security_hops.is_some() {
+            return transport::TTL_MULTIHOP;
+        }
         transport::ttl_for(self.is_ibgp(), self.ebgp_multihop)
+    }
+
+    /// The smallest TTL / hop limit accepted from the peer with GTSM
+    /// ([`transport::min_ttl_for_hops`]); `None` without.
+    pub fn min_ttl(&self) -> Option<u8> {
+        self.ttl_security_hops.map(transport::min_ttl_for_hops)
     }
 }
 
@@ -466,6 +486,8 @@ struct Conn {
     writer_task: JoinHandle<()>,
     reader_task: JoinHandle<()>,
     out: Outbox,
+    /// The TCP socket ([`Connection::tcp`]).
+    tcp: Option<OwnedFd>,
 }
 
 /// What waits to be written on one connection (see the module
@@ -679,6 +701,7 @@ impl Driver {
             key: ListenKey::new(addr, self.config.vrf.clone()),
             peer: self.config.peer.ip(),
             password: self.config.password.clone(),
+            min_ttl: self.config.min_ttl(),
         };
         let registration = match self.listeners.register(request) {
             Ok(r) => r,
@@ -751,10 +774,26 @@ impl Driver {
                         .map(|d| format!("{}: {}", d.family, d.text))
                         .collect(),
                 })));
+                let mut failed = None;
                 if let Some(c) = self.conns.get_mut(&params.conn) {
+                    // No KEEPALIVE will come: TCP watches the peer.
+                    if params.hold_time == 0
+                        && let Some(tcp) = &c.tcp
+                        && let Err(e) = transport::set_dead_peer_detection(tcp)
+                    {
+                        failed = Some(e);
+                    }
                     c.decode = params.decode;
                     c.encode = params.encode;
                     c.params = Some(*params);
+                }
+                if let Some(e) = failed {
+                    let now = SystemTime::now();
+                    let err = match &e {
+                        TransportError::Socket { op, source } => LastError::socket(op, source, now),
+                        other => LastError::session(other.to_string(), now),
+                    };
+                    self.set_error(err);
                 }
             }
             Output::Established { conn } => {
@@ -936,6 +975,7 @@ impl Driver {
             ttl: self.config.ttl(),
             password: self.config.password.clone(),
             vrf: self.config.vrf.clone(),
+            min_ttl: self.config.min_ttl(),
             timeout: self
                 .config
                 .connect_timeout
@@ -1014,6 +1054,7 @@ impl Driver {
             remote,
             read,
             write,
+            tcp,
         } = connection;
         let interface = match transport::interface_of(local.ip()) {
             Ok(i) => i,
@@ -1039,6 +1080,7 @@ impl Driver {
                 writer_task,
                 reader_task,
                 out: Outbox::default(),
+                tcp,
             },
         );
         (local, remote, interface)
@@ -1088,7 +1130,12 @@ impl Driver {
                 }
             }
             Event::Accepted(stream) => {
+                let peer = self.config.peer.ip();
                 let connection = transport::configure_accepted(&stream, self.config.ttl())
+                    .and_then(|()| match self.config.min_ttl() {
+                        Some(min) => transport::set_min_ttl(&stream, peer, min),
+                        None => Ok(()),
+                    })
                     .and_then(|()| Connection::tcp(stream));
                 let connection = match connection {
                     Ok(c) => c,

@@ -17,8 +17,10 @@
 //!    `CONFIG_TCP_MD5SIG`) fails the attempt with the error as the session's
 //!    last error: the session never connects without its key. The password
 //!    never appears in an error or `Debug` output;
-//! 5. `bind` to `sourceAddress` (port 0) when one is configured;
-//! 6. `connect`, bounded by [`ConnectOptions::timeout`].
+//! 5. GTSM (RFC 5082) when `ttl_security_hops` is set: `IP_MINTTL` /
+//!    `IPV6_MINHOPCOUNT` ([`set_min_ttl`], `netsys`), the TTL being 255;
+//! 6. `bind` to `sourceAddress` (port 0) when one is configured;
+//! 7. `connect`, bounded by [`ConnectOptions::timeout`].
 //!
 //! The optional listener ([`listen`]) sets the same TTL and device,
 //! `SO_REUSEADDR` and the MD5 key of each peer allowed to dial in (more
@@ -37,11 +39,11 @@ use std::fmt;
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::pin::Pin;
 use std::time::Duration;
 
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use socket2::{Domain, Protocol, SockAddr, SockRef, Socket, TcpKeepalive, Type};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
@@ -51,6 +53,19 @@ pub const TTL_MULTIHOP: u8 = 255;
 pub const TTL_DIRECT: u8 = 1;
 /// The connect timeout when none is given.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// TCP keepalive of a connection on which no BGP KEEPALIVE is exchanged
+/// (negotiated hold time 0, see [`set_dead_peer_detection`]): the first
+/// probe after this much silence,
+pub const HOLD_ZERO_KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+/// then one every this long,
+pub const HOLD_ZERO_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// this many unanswered before the kernel resets the connection (a dead
+/// peer is found 60 s after it last spoke);
+pub const HOLD_ZERO_KEEPALIVE_PROBES: u32 = 3;
+/// and `TCP_USER_TIMEOUT`: data unacknowledged this long resets the
+/// connection too (the default hold time's 90 s).
+pub const HOLD_ZERO_USER_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The TTL (IPv4) or hop limit (IPv6) of a session: iBGP 255, eBGP 1 unless
 /// `ebgp_multihop`, then 255.
@@ -77,6 +92,10 @@ pub struct ConnectOptions {
     pub vrf: Option<String>,
     /// Bound on the TCP handshake.
     pub timeout: Duration,
+    /// GTSM (RFC 5082): segments from the peer with a lower TTL / hop
+    /// limit are dropped by the kernel (`IP_MINTTL` /
+    /// `IPV6_MINHOPCOUNT`); see [`min_ttl_for_hops`].
+    pub min_ttl: Option<u8>,
 }
 
 impl fmt::Debug for ConnectOptions {
@@ -88,6 +107,7 @@ impl fmt::Debug for ConnectOptions {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("vrf", &self.vrf)
             .field("timeout", &self.timeout)
+            .field("min_ttl", &self.min_ttl)
             .finish()
     }
 }
@@ -103,6 +123,7 @@ impl ConnectOptions {
             password: None,
             vrf: None,
             timeout: DEFAULT_CONNECT_TIMEOUT,
+            min_ttl: None,
         }
     }
 }
@@ -205,6 +226,9 @@ pub fn prepare(opts: &ConnectOptions) -> Result<Socket, TransportError> {
         .map_err(TransportError::socket("set O_NONBLOCK"))?;
     set_device(&socket, opts.vrf.as_deref())?;
     set_ttl(&socket, ipv4, opts.ttl)?;
+    if let Some(min) = opts.min_ttl {
+        set_min_ttl(&socket, opts.peer.ip(), min)?;
+    }
     if let Some(password) = opts.password.as_deref() {
         set_md5(&socket, opts.peer.ip(), Some(password))?;
     }
@@ -246,6 +270,11 @@ pub struct Connection {
     pub remote: SocketAddr,
     pub read: Box<dyn AsyncRead + Send + Unpin>,
     pub write: Box<dyn AsyncWrite + Send + Unpin>,
+    /// The TCP socket (a duplicate of its descriptor), for the options
+    /// the driver sets once the OPEN exchange is done
+    /// ([`set_dead_peer_detection`] when the negotiated hold time is 0);
+    /// `None` for other transports.
+    pub tcp: Option<OwnedFd>,
 }
 
 impl fmt::Debug for Connection {
@@ -266,12 +295,17 @@ impl Connection {
         let remote = stream
             .peer_addr()
             .map_err(TransportError::socket("getpeername"))?;
+        let tcp = stream
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(TransportError::socket("dup"))?;
         let (read, write) = stream.into_split();
         Ok(Self {
             local,
             remote,
             read: Box::new(read),
             write: Box::new(write),
+            tcp: Some(tcp),
         })
     }
 }
@@ -442,6 +476,52 @@ pub fn configure_accepted(stream: &TcpStream, ttl: u8) -> Result<(), TransportEr
         .map_err(TransportError::socket("set TCP_NODELAY"))
 }
 
+/// The minimum TTL / hop limit GTSM (RFC 5082) accepts from a peer at
+/// most `hops` hops away (1: directly connected): `256 - hops`, 255 for a
+/// direct peer (as FRR's `ttl-security hops`); 0 is taken as 1.
+pub fn min_ttl_for_hops(hops: u8) -> u8 {
+    // 1..=255 hops: 255..=1.
+    u8::MAX - (hops.max(1) - 1)
+}
+
+/// GTSM (RFC 5082) on a socket to or from `peer`: `IP_MINTTL` (IPv4) or
+/// `IPV6_MINHOPCOUNT` (IPv6) `min`, through the workspace's audited
+/// `netsys` (no safe crate wraps them). On a listener it drops the SYNs of
+/// farther peers; on a connection every segment.
+pub fn set_min_ttl(socket: impl AsFd, peer: IpAddr, min: u8) -> Result<(), TransportError> {
+    let peer = match peer {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(peer, IpAddr::V4),
+        v4 => v4,
+    };
+    let op = match peer {
+        IpAddr::V4(_) => "IP_MINTTL",
+        IpAddr::V6(_) => "IPV6_MINHOPCOUNT",
+    };
+    netsys::set_min_ttl_for(socket.as_fd(), peer, min)
+        .map_err(TransportError::socket(format!("set {op} {min} (GTSM)")))
+}
+
+/// Dead-peer detection for a connection on which no KEEPALIVE is exchanged
+/// (negotiated hold time 0, RFC 4271 4.4): TCP keepalive
+/// ([`HOLD_ZERO_KEEPALIVE_IDLE`], [`HOLD_ZERO_KEEPALIVE_INTERVAL`],
+/// [`HOLD_ZERO_KEEPALIVE_PROBES`]) and `TCP_USER_TIMEOUT`
+/// ([`HOLD_ZERO_USER_TIMEOUT`]), so that a peer gone without a FIN or RST
+/// resets the connection instead of leaving the session Established for
+/// ever. Not set otherwise: with a hold time the hold timer detects a
+/// dead peer, and RFC 9687's SendHoldTimer a peer that stops reading
+/// (which `TCP_USER_TIMEOUT` would cut short, losing its NOTIFICATION).
+pub fn set_dead_peer_detection(socket: impl AsFd) -> Result<(), TransportError> {
+    let sock = SockRef::from(&socket);
+    let keepalive = TcpKeepalive::new()
+        .with_time(HOLD_ZERO_KEEPALIVE_IDLE)
+        .with_interval(HOLD_ZERO_KEEPALIVE_INTERVAL)
+        .with_retries(HOLD_ZERO_KEEPALIVE_PROBES);
+    sock.set_tcp_keepalive(&keepalive)
+        .map_err(TransportError::socket("set SO_KEEPALIVE"))?;
+    sock.set_tcp_user_timeout(Some(HOLD_ZERO_USER_TIMEOUT))
+        .map_err(TransportError::socket("set TCP_USER_TIMEOUT"))
+}
+
 /// The interface that holds an address, with its first IPv4 address and
 /// its first global IPv6 address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -530,6 +610,26 @@ mod tests {
         o.ttl = 255;
         let s = prepare(&o).unwrap();
         assert_eq!(s.unicast_hops_v6().unwrap(), 255);
+    }
+
+    /// GTSM (RFC 5082) on the unconnected socket: `IP_MINTTL` /
+    /// `IPV6_MINHOPCOUNT` set before the SYN, none without.
+    #[test]
+    fn gtsm_min_ttl_is_set_before_connect() {
+        assert_eq!(min_ttl_for_hops(1), 255);
+        assert_eq!(min_ttl_for_hops(0), 255);
+        assert_eq!(min_ttl_for_hops(2), 254);
+        assert_eq!(min_ttl_for_hops(255), 1);
+        let mut o = opts("192.0.2.1:179");
+        let s = prepare(&o).unwrap();
+        assert_eq!(netsys::ip_minttl(s.as_fd()).unwrap(), 0);
+        o.min_ttl = Some(254);
+        let s = prepare(&o).unwrap();
+        assert_eq!(netsys::ip_minttl(s.as_fd()).unwrap(), 254);
+        let mut o = opts("[2001:db8::1]:179");
+        o.min_ttl = Some(255);
+        let s = prepare(&o).unwrap();
+        assert_eq!(netsys::ipv6_minhopcount(s.as_fd()).unwrap(), 255);
     }
 
     #[test]

@@ -860,16 +860,40 @@ fn hold_time_zero_disables_both_timers() {
     let (mut s, out) = negotiate_with(c, 90);
     let p = negotiated(&out).unwrap();
     assert_eq!((p.hold_time, p.keepalive_time), (0, 0));
-    assert!(timer_cancelled(&out, Timer::Hold { conn: A1 }));
     assert!(timer_set(&out, Timer::Keepalive { conn: A1 }).is_none());
-    assert!(timer_set(&out, Timer::Hold { conn: A1 }).is_none());
+    // OpenConfirm keeps a guard timer (see below).
+    assert_eq!(
+        timer_set(&out, Timer::Hold { conn: A1 }),
+        Some(OPEN_SENT_HOLD_TIME)
+    );
     let out = s.process(received(A1, Message::Keepalive));
     assert_eq!(s.state(), FsmState::Established);
+    assert!(timer_cancelled(&out, Timer::Hold { conn: A1 }));
     assert!(timer_set(&out, Timer::Hold { conn: A1 }).is_none());
     assert!(s.armed_timers().is_empty(), "{:?}", s.armed_timers());
     // The peer's 0 does the same.
     let (_, out) = negotiate_with(config(), 0);
     assert_eq!(negotiated(&out).unwrap().hold_time, 0);
+}
+
+/// Hold time 0 negotiated: a peer that never sends its KEEPALIVE cannot
+/// keep the session in OpenConfirm for ever; OpenSent's hold time guards
+/// OpenConfirm and expires as a hold timer does.
+#[test]
+fn hold_time_zero_keeps_a_guard_timer_in_open_confirm() {
+    let mut c = config();
+    c.hold_time = Some(0);
+    let (mut s, out) = negotiate_with(c, 90);
+    assert_eq!(s.state(), FsmState::OpenConfirm);
+    assert_eq!(
+        timer_set(&out, Timer::Hold { conn: A1 }),
+        Some(OPEN_SENT_HOLD_TIME)
+    );
+    assert!(s.armed_timers().contains(&Timer::Hold { conn: A1 }));
+    let out = s.process(Input::HoldTimerExpired { conn: A1 });
+    assert_eq!(sent(&out), vec![(A1, Notification::HoldTimerExpired)]);
+    assert_eq!(closed(&out), vec![A1]);
+    assert_eq!(s.state(), FsmState::Idle);
 }
 
 /// An OPEN body as the wire carries it.
@@ -1970,4 +1994,72 @@ fn config_is_validated() {
         c
     };
     assert!(Session::new(ipv6_only).is_ok());
+}
+
+// ----------------------------------------------------------------------
+// Graceful restart: the peer restarted (RFC 4724 section 4.2)
+// ----------------------------------------------------------------------
+
+/// The peer restarts while our session is still Established (its old
+/// connection not yet closed, our hold timer running): with graceful
+/// restart negotiated, its valid OPEN on a new connection ends the old
+/// session and the new one carries on to Established.
+#[test]
+fn a_restarted_graceful_restart_peer_replaces_the_established_session() {
+    let mut s = established_gr(Some(false), Some(false));
+    let out = s.process(tcp_confirmed(P1));
+    our_open(&out, P1);
+    let mut caps = peer_caps(PEER_AS);
+    caps.push(Capability::GracefulRestart(gr(false)));
+    let out = s.process(received(P1, open_from(PEER_AS, PEER_ID_HIGH, 90, caps)));
+    assert_eq!(
+        sent(&out),
+        vec![(A1, Notification::ConnectionCollisionResolution)]
+    );
+    assert_eq!(closed(&out), vec![A1]);
+    assert!(timer_cancelled(&out, Timer::Hold { conn: A1 }));
+    match session_down(&out) {
+        Some(Output::SessionDown {
+            conn,
+            reason,
+            was_established,
+            ..
+        }) => {
+            assert_eq!(conn, A1);
+            assert_eq!(reason, DownReason::PeerRestarted);
+            assert!(was_established);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(negotiated(&out).is_some(), "the new OPEN is negotiated");
+    assert_eq!(s.connections(), vec![(P1, FsmState::OpenConfirm)]);
+    assert_eq!(s.state(), FsmState::OpenConfirm);
+    let out = s.process(received(P1, Message::Keepalive));
+    assert_eq!(s.state(), FsmState::Established);
+    assert!(out.iter().any(|o| matches!(
+        o,
+        Output::SendInitialUpdates {
+            conn: P1,
+            cause: ResendCause::Established,
+            ..
+        }
+    )));
+
+    // Without graceful restart negotiated (we offer it, the peer does
+    // not), the Established connection still wins.
+    let mut s = established_gr(Some(false), None);
+    s.process(tcp_confirmed(P1));
+    let out = s.process(received(P1, peer_open(PEER_ID_HIGH)));
+    collision_cease(&out, P1);
+    assert_eq!(s.connections(), vec![(A1, FsmState::Established)]);
+
+    // An OPEN refused by the checks (wrong AS) ends only the new
+    // connection.
+    let mut s = established_gr(Some(false), Some(false));
+    s.process(tcp_confirmed(P1));
+    let mut wrong = peer_caps(64999);
+    wrong.push(Capability::GracefulRestart(gr(false)));
+    let out = s.process(received(P1, open_from(64999, PEER_ID_HIGH, 90, wrong)));
+    assert_eq!(sent(&out), vec![(P1, Notification::BadPeerAs)]);
+    assert_eq!(s.connections(), vec![(A1, FsmState::Established)]);
 }

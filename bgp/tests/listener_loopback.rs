@@ -31,6 +31,7 @@ fn request(addr: SocketAddr, peer: &str, password: Option<&str>) -> ListenReques
         key: ListenKey::new(addr, None),
         peer: ip(peer),
         password: password.map(str::to_owned),
+        min_ttl: None,
     }
 }
 

@@ -57,6 +57,7 @@ impl Connector for MemConnector {
                 remote: opts.peer,
                 read: Box::new(read),
                 write: Box::new(write),
+                tcp: None,
             })
         })
     }

@@ -9,7 +9,10 @@
 //! advertisements; the NOTIFICATION on the wire is Cease/Hard Reset
 //! wrapping the caller's Cease subcode when the RFC 8538 N bit was
 //! negotiated, the plain Cease otherwise; [`Session::reset`], by contrast,
-//! comes back by itself about a second later.
+//! comes back by itself about a second later. A router that negotiated
+//! graceful restart and dials in again while its old session is still
+//! Established (it restarted) gets the new session at once (RFC 4724
+//! section 4.2), not after our hold timer.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -317,6 +320,55 @@ async fn reset_sends_hard_reset_with_the_n_bit_and_comes_back_by_itself() {
     assert!(!state.borrow().held_down);
     assert_eq!(peer.handshake(Some(true)).await, prefix());
     wait_for(&mut state, "Established again", |s| s.is_up()).await;
+    tokio::time::timeout(WAIT, session.shutdown("done"))
+        .await
+        .unwrap();
+}
+
+/// RFC 4724 4.2: the router restarts while our session is Established (its
+/// old connection still open as far as we know, our hold timer of 90 s
+/// running) and dials in: the new connection wins at once, the old one is
+/// closed with Cease/Connection Collision Resolution, and the prefix is
+/// announced on the new session. Before, the new connection was refused
+/// until the hold timer expired.
+#[tokio::test]
+async fn a_restarted_graceful_restart_router_gets_its_new_session_at_once() {
+    let listen = free_port();
+    let Setup {
+        session,
+        mut state,
+        router,
+    } = setup(Some(listen)).await;
+    let mut old = Peer::accept(&router).await;
+    assert_eq!(old.handshake(Some(false)).await, prefix());
+    wait_for(&mut state, "Established", |s| s.is_up()).await;
+
+    // The restarted router dials in; its old connection stays open.
+    let stream = tokio::time::timeout(WAIT, async {
+        loop {
+            match TcpStream::connect(listen).await {
+                Ok(s) => return s,
+                // The listener binds in the background.
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    })
+    .await
+    .expect("the listener accepts");
+    let mut new = Peer {
+        stream,
+        buf: BytesMut::new(),
+    };
+    let started = tokio::time::Instant::now();
+    assert_eq!(new.handshake(Some(false)).await, prefix());
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // No N bit negotiated: the plain Cease (6/7) on the old connection.
+    assert_eq!(old.notification().await, (6, 7, vec![]));
+    let s = wait_for(&mut state, "Established on the new connection", |s| {
+        s.is_up() && s.rib_out.prefixes_advertised() == 1
+    })
+    .await;
+    assert_eq!(s.fsm_state, FsmState::Established);
     tokio::time::timeout(WAIT, session.shutdown("done"))
         .await
         .unwrap();

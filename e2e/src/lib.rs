@@ -27,6 +27,11 @@
 //! - [`Lab::node_network`] / [`NodeNetwork::spawn`]: the node namespaces of the test kit,
 //!   each relaying 127.0.0.1:<API port> to the lab's API server, and a process per node
 //!   (how the speaker will run, one per node, once it exists).
+//! - [`speakers::SpeakerLab`]: a speaker process per node INSIDE its node namespace (API
+//!   relay, the speaker ServiceAccount with the deployed RBAC, a Pod object each), FRR in
+//!   `router` peering with every node (optionally BFD, optionally an iBGP FRR in
+//!   `router2`), and the assertions at the router (paths, next hops, LOCAL_PREF,
+//!   communities, sessions) whose waits report what the router had.
 
 mod audit;
 pub mod controller;
@@ -34,6 +39,7 @@ mod lab;
 pub mod nodes;
 pub mod process;
 mod services;
+pub mod speakers;
 mod tokens;
 mod wait;
 

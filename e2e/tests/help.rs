@@ -13,7 +13,17 @@ fn demo_network_help_claims_nothing_unfinished_and_names_its_flags() {
         panic!("{e}");
     }
     let flags: Vec<String> = entries(&help).into_iter().map(|e| e.flag).collect();
-    for f in ["--ip", "--settle", "--expect-speaker"] {
+    for f in [
+        "--ip",
+        "--settle",
+        "--run-speaker",
+        "--kubeconfig",
+        "--speaker-bin",
+        "--namespace",
+        "--kubectl",
+        "--expect-speaker",
+        "--expect-l2",
+    ] {
         assert!(
             flags.iter().any(|x| x == f),
             "{f} not in {flags:?}:\n{help}"

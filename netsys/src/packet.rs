@@ -231,7 +231,7 @@ mod tests {
                 Ok(()) => {}
                 // Not root (no CAP_SYS_ADMIN): nothing to test here.
                 Err(nix::errno::Errno::EPERM) => {
-                    return Err("skipped: no privilege for a network namespace".into());
+                    return Err("no privilege for a network namespace".into());
                 }
                 Err(e) => panic!("unshare(CLONE_NEWNET): {e}"),
             }
@@ -276,7 +276,7 @@ mod tests {
         .join()
         .expect("the test thread panicked");
         if let Err(skip) = result {
-            eprintln!("{skip}");
+            crate::tests::skip_or_fail(&skip);
         }
     }
 }

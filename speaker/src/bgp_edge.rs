@@ -65,24 +65,31 @@ impl SessionFactory for BgpFactory {
     }
 }
 
-/// Sends the speaker a [`PeerEvent`] for every state change, error and
-/// negotiation of one session, until the session ends or the speaker stops
-/// listening.
+/// Sends the speaker a [`PeerEvent`] at every change of the session's
+/// published state (and when it learns the connection's local address from
+/// a negotiation), until the session ends or the speaker stops listening.
+/// Events and the state are separate channels: the state watch decides
+/// what is reported (an event can precede the state update it announces).
 async fn forward(
     id: SessionId,
     mut rx: broadcast::Receiver<SessionEvent>,
-    state: tokio::sync::watch::Receiver<bgp::state::SessionState>,
+    mut state: tokio::sync::watch::Receiver<bgp::state::SessionState>,
     tx: mpsc::Sender<PeerEvent>,
 ) {
     let mut local = None;
+    let mut events_open = true;
     loop {
-        match rx.recv().await {
-            Ok(SessionEvent::Negotiated(n)) => local = Some(n.local),
-            Ok(_) => {}
-            Err(broadcast::error::RecvError::Lagged(_)) => {}
-            Err(broadcast::error::RecvError::Closed) => return,
+        tokio::select! {
+            ev = rx.recv(), if events_open => match ev {
+                Ok(SessionEvent::Negotiated(n)) => local = Some(n.local),
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => events_open = false,
+            },
+            changed = state.changed() => if changed.is_err() {
+                return;
+            },
         }
-        let s = state.borrow().clone();
+        let s = state.borrow_and_update().clone();
         let ev = PeerEvent {
             id: id.clone(),
             state: s.fsm_state,
@@ -174,24 +181,27 @@ impl BfdOps for RuntimeBfd {
                 .ok_or_else(|| format!("no interface holds the local address {local}"))?;
             bfd::SessionKey::single_hop(iface, local, remote)
         };
-        let (client, _status) = match vrf {
+        // The runtime answers from its own thread within microseconds; the
+        // worker thread is handed over meanwhile (multi-threaded runtime).
+        let (client, _status) = tokio::task::block_in_place(|| match vrf {
             Some(v) => handle.acquire_in_vrf_blocking(key, spec.params, Some(v)),
             None => handle.acquire_blocking(key, spec.params),
-        }
+        })
         .map_err(|e| e.to_string())?;
         Ok(client.0)
     }
 
     fn set_parameters(&mut self, client: BfdClient, spec: &BfdSpec) -> Result<(), String> {
         let handle = self.handle.as_ref().map_err(Clone::clone)?;
-        handle
-            .set_parameters_blocking(bfd::ClientId(client), spec.params)
-            .map_err(|e| e.to_string())
+        tokio::task::block_in_place(|| {
+            handle.set_parameters_blocking(bfd::ClientId(client), spec.params)
+        })
+        .map_err(|e| e.to_string())
     }
 
     fn release(&mut self, client: BfdClient) {
         if let Ok(h) = &self.handle {
-            let _ = h.release_blocking(bfd::ClientId(client));
+            let _ = tokio::task::block_in_place(|| h.release_blocking(bfd::ClientId(client)));
         }
     }
 }

@@ -220,7 +220,16 @@ impl<F: SessionFactory, B: BfdOps> BgpSpeaker<F, B> {
             }
             self.dirty.insert(name);
         }
-        self.failed.retain(|k, _| specs.contains_key(k));
+        let dropped: Vec<String> = self
+            .failed
+            .keys()
+            .filter(|k| !specs.contains_key(*k))
+            .cloned()
+            .collect();
+        for name in dropped {
+            self.failed.remove(&name);
+            self.dirty.insert(name);
+        }
         let mut started = false;
         for (name, spec) in specs {
             match self.sessions.get_mut(&name) {
@@ -249,6 +258,18 @@ impl<F: SessionFactory, B: BfdOps> BgpSpeaker<F, B> {
             self.publish();
         }
         closing
+    }
+
+    /// BGPPeers selected for this node that cannot run here (e.g. unnumbered
+    /// peering): each gets a BGPSessionStatus saying why (Idle, `lastError`).
+    /// Call after [`BgpSpeaker::set_sessions`].
+    pub fn set_unrunnable(&mut self, peers: impl IntoIterator<Item = (String, String)>) {
+        for (name, why) in peers {
+            if self.failed.get(&name) != Some(&why) {
+                self.failed.insert(name.clone(), why);
+                self.dirty.insert(name);
+            }
+        }
     }
 
     fn start(&mut self, name: &str, spec: SessionSpec) -> bool {

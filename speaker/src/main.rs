@@ -35,7 +35,7 @@ use speaker::bgp_speaker::{BfdState, BgpSpeaker};
 use speaker::config_state::Loaded;
 use speaker::decide::NodeFacts;
 use speaker::decide::bgp::Options;
-use speaker::node::{LoadOutcome, NodeSpeaker};
+use speaker::node::{Decided, LoadOutcome, NodeSpeaker};
 use status::configuration_state::{self, Component};
 use status::{
     Desired, FIELD_MANAGER_SPEAKER, KubeStatusApi, LabelScope, Labels, StatusWriter, SystemClock,
@@ -347,6 +347,7 @@ async fn run(args: Args) -> Result<()> {
             .store();
         let mut synced = false;
         let mut config_pending = true;
+        let mut batch: Option<Batch> = None;
         loop {
             heartbeat.beat();
             let mut all = false;
@@ -390,11 +391,18 @@ async fn run(args: Args) -> Result<()> {
                     }
                 }
             }
-            match view.service_changes().take() {
-                Some(Batch::All) => all = true,
-                Some(Batch::Keys(k)) => keys = k,
-                None => {}
+            // The batch the wait took, and whatever came since.
+            for b in [batch.take(), view.service_changes().take()]
+                .into_iter()
+                .flatten()
+            {
+                match b {
+                    Batch::All => all = true,
+                    Batch::Keys(k) => keys.extend(k),
+                }
             }
+            keys.sort();
+            keys.dedup();
             if speaker.config().is_some() {
                 let started = std::time::Instant::now();
                 let n = if all {
@@ -437,7 +445,10 @@ async fn run(args: Args) -> Result<()> {
                         config_pending = true;
                         break;
                     }
-                    _ = view.service_changes().next() => break,
+                    b = view.service_changes().next() => {
+                        batch = Some(b);
+                        break;
+                    }
                     Some(ev) = peer_rx.recv() => {
                         speaker.bgp().on_event(ev);
                         while let Ok(ev) = peer_rx.try_recv() {
@@ -501,9 +512,19 @@ fn decide_services(
         let (ns, name) = key.split_once('/').unwrap_or(("", key));
         let svc = services.get(&ObjectRef::new(name).within(ns));
         let slices = view.endpoint_slices_of(key);
+        // MetalLB's log lines, on changes only.
         match speaker.service(key, svc.as_deref(), &slices) {
-            Some(Err(reason)) => tracing::debug!(service = key, reason = %reason, "not announced"),
-            Some(Ok(())) => tracing::debug!(service = key, "announced"),
+            Some(Decided {
+                result: Err(reason),
+                changed: true,
+            }) => {
+                tracing::info!(service = key, protocol = "bgp", reason = %reason, "serviceWithdrawn")
+            }
+            Some(Decided {
+                result: Ok(()),
+                changed: true,
+            }) => tracing::info!(service = key, protocol = "bgp", "serviceAnnounced"),
+            Some(d) => tracing::debug!(service = key, result = ?d.result, "unchanged"),
             None => {}
         }
     }

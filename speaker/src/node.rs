@@ -61,6 +61,15 @@ pub struct NodeSpeaker<F: SessionFactory, B: BfdOps> {
     effects: Effects,
 }
 
+/// The decision for one Service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decided {
+    /// Announced, or why not.
+    pub result: Result<(), Reason>,
+    /// Whether what this node announces for it changed (addresses or peers).
+    pub changed: bool,
+}
+
 /// The outcome of [`NodeSpeaker::load`].
 pub struct LoadOutcome {
     /// What happened to the configuration.
@@ -100,8 +109,10 @@ impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B> {
             matches!(loaded, Loaded::Accepted) || (sessions_changed && self.tracker.loaded());
         if apply && let (Some(cfg), Some(facts)) = (self.tracker.running(), self.facts.as_ref()) {
             let (specs, s) = sessions::sessions(cfg, facts);
-            skipped = s;
             closing = self.bgp.set_sessions(specs);
+            self.bgp
+                .set_unrunnable(s.iter().map(|k| (k.peer.clone(), k.why.clone())));
+            skipped = s;
         }
         let reprocess_all =
             self.tracker.loaded() && (matches!(loaded, Loaded::Accepted) || node_changed);
@@ -132,7 +143,7 @@ impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B> {
         key: &str,
         svc: Option<&Service>,
         slices: &[Arc<EndpointSlice>],
-    ) -> Option<Result<(), Reason>> {
+    ) -> Option<Decided> {
         let (Some(cfg), Some(facts)) = (self.tracker.running(), self.facts.as_ref()) else {
             return None;
         };
@@ -149,7 +160,8 @@ impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B> {
         };
         self.bgp.set_service(key, routes);
         let before = self.announced.get(key).cloned();
-        if before != now {
+        let changed = before != now;
+        if changed {
             // The metric follows the addresses.
             let old_ips = before.as_ref().map(|b| b.ips.clone()).unwrap_or_default();
             let new_ips = now.as_ref().map(|n| n.ips.clone()).unwrap_or_default();
@@ -186,7 +198,10 @@ impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B> {
                 }
             }
         }
-        Some(decision.map(|_| ()))
+        Some(Decided {
+            result: decision.map(|_| ()),
+            changed,
+        })
     }
 
     /// Keys of the Services announced now.

@@ -6,8 +6,7 @@ use std::path::Path;
 
 use testkit::help::{Allowed, check_claims, check_no_effect_warnings, help_of, unfinished_claims};
 
-const NOT_YET: &str = "the speaker loads its configuration but announces nothing yet (BGP and L2 \
-                       modes are the next issues)";
+const NOT_YET: &str = "gratuitous ARP/NA comes with the L2 mode";
 const MEMBERLIST: &str = "memberlist (L2 liveness) comes with the L2 mode";
 const FRR: &str = "every METALLB_BGP_TYPE runs the native stack: FRR's settings mean nothing";
 
@@ -36,16 +35,6 @@ const ALLOWED: &[Allowed] = &[
         command: "speaker",
         flag: "--ml-wan-config",
         reason: MEMBERLIST,
-    },
-    Allowed {
-        command: "speaker",
-        flag: "--lb-class",
-        reason: NOT_YET,
-    },
-    Allowed {
-        command: "speaker",
-        flag: "--ignore-exclude-lb",
-        reason: NOT_YET,
     },
     Allowed {
         command: "speaker",

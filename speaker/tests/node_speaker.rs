@@ -240,10 +240,11 @@ async fn sessions_routes_and_effects_follow_the_cluster() {
     );
     // A Service: its /32 to both peers, once; the effects say so.
     let web = svc("web", "198.51.100.7");
-    assert_eq!(
-        h.node.service("default/web", Some(&web), &slices("web")),
-        Some(Ok(()))
-    );
+    let d = h
+        .node
+        .service("default/web", Some(&web), &slices("web"))
+        .unwrap();
+    assert_eq!((d.result, d.changed), (Ok(()), true));
     h.node.publish();
     assert_eq!(
         h.take(),
@@ -267,7 +268,11 @@ async fn sessions_routes_and_effects_follow_the_cluster() {
         )]
     );
     // The same again: nothing sent, no effect, no second event.
-    h.node.service("default/web", Some(&web), &slices("web"));
+    let d = h
+        .node
+        .service("default/web", Some(&web), &slices("web"))
+        .unwrap();
+    assert_eq!((d.result, d.changed), (Ok(()), false));
     assert_eq!(h.node.publish(), 0);
     assert_eq!(h.take(), Vec::<String>::new());
     assert!(h.node.take_effects().is_empty());
@@ -423,5 +428,35 @@ spec: {myASN: 64513, peerASN: 64512, peerAddress: 192.0.2.3, nodeSelectors: [{ma
         log.iter()
             .all(|l| l.contains("Shutdown") || l.contains("bfd release")),
         "{log:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_peer_that_cannot_run_here_says_why_in_its_status() {
+    let mut h = Harness::new();
+    let cfg = config("", 50)
+        + r#"
+---
+apiVersion: metallb.io/v1beta2
+kind: BGPPeer
+metadata: {name: unnumbered, namespace: metallb-system}
+spec: {myASN: 64513, peerASN: 64512, interface: eth0}
+"#;
+    let out = h.node.load(parse(&cfg), facts(&[]));
+    assert_eq!(out.skipped.len(), 1);
+    let changes = h.node.bgp().take_status_changes();
+    let s = changes
+        .iter()
+        .find(|(p, _)| p == "unnumbered")
+        .and_then(|(_, s)| s.clone())
+        .unwrap();
+    assert_eq!(s.bgp_status, "Idle");
+    assert!(s.last_error.contains("not supported"), "{}", s.last_error);
+    // Removed from the configuration: its status object goes.
+    h.node.load(parse(&config("", 50)), facts(&[]));
+    let changes = h.node.bgp().take_status_changes();
+    assert!(
+        changes.contains(&("unnumbered".to_owned(), None)),
+        "{changes:?}"
     );
 }

@@ -12,7 +12,7 @@ use std::io;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 use tokio::sync::{broadcast, mpsc};
@@ -33,6 +33,32 @@ use crate::state::{IpCounters, L2State, MembershipChange};
 const RX_BUFFER: usize = 9216;
 /// Frames queued between the socket readers and the main task.
 const RX_QUEUE: usize = 1024;
+/// First retry of an interface whose sockets could not be opened; doubled
+/// after each failure up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+/// See [`RETRY_FIRST`].
+const RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// An eligible interface whose sockets could not be opened: not answered
+/// on, retried with backoff ([`L2Handle::failed_interfaces`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedInterface {
+    pub name: String,
+    pub index: u32,
+    /// The last error.
+    pub error: String,
+    /// Failed attempts in a row.
+    pub attempts: u32,
+    /// When it is tried again (or earlier, when its link changes).
+    pub next_retry: Instant,
+}
+
+/// The delay before retry number `attempts` (1 after the first failure).
+fn retry_delay(attempts: u32) -> Duration {
+    RETRY_FIRST
+        .saturating_mul(1u32 << attempts.saturating_sub(1).min(16))
+        .min(RETRY_MAX)
+}
 
 /// How to run.
 #[derive(Debug, Clone, Default)]
@@ -43,6 +69,25 @@ pub struct DriverConfig {
     pub announce: AnnounceConfig,
     /// Counters to export, if any.
     pub metrics: Option<Metrics>,
+    /// Tests only: an error to fail the opening of an interface's sockets
+    /// with (called with the interface's name before each attempt).
+    #[doc(hidden)]
+    pub open_fault: Option<OpenFault>,
+}
+
+/// See [`OpenFault`].
+#[doc(hidden)]
+pub type OpenFaultFn = dyn Fn(&str) -> Option<io::Error> + Send + Sync;
+
+/// See [`DriverConfig::open_fault`].
+#[derive(Clone)]
+#[doc(hidden)]
+pub struct OpenFault(pub Arc<OpenFaultFn>);
+
+impl std::fmt::Debug for OpenFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OpenFault")
+    }
 }
 
 /// Why the driver could not start or stopped.
@@ -58,6 +103,14 @@ pub enum DriverError {
         #[source]
         source: io::Error,
     },
+}
+
+impl DriverError {
+    /// A socket refused for want of privilege (`EPERM`, `EACCES`).
+    fn is_permission(&self) -> bool {
+        matches!(self, DriverError::Socket { source, .. }
+            if source.kind() == io::ErrorKind::PermissionDenied)
+    }
 }
 
 /// A request for an owned IP, as seen by the driver.
@@ -129,6 +182,7 @@ pub struct L2Handle {
     events: broadcast::Sender<RequestEvent>,
     gratuitous: broadcast::Sender<GratuitousEvent>,
     netlink_overflows: Arc<AtomicU64>,
+    failed: Arc<Mutex<BTreeMap<String, FailedInterface>>>,
 }
 
 impl std::fmt::Debug for Command {
@@ -141,6 +195,12 @@ impl std::fmt::Debug for Command {
             Command::ReleaseOwner(o) => write!(f, "ReleaseOwner({o:?})"),
         }
     }
+}
+
+fn lock_failed(
+    failed: &Mutex<BTreeMap<String, FailedInterface>>,
+) -> MutexGuard<'_, BTreeMap<String, FailedInterface>> {
+    failed.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn lock(state: &Mutex<L2State>) -> MutexGuard<'_, L2State> {
@@ -227,6 +287,17 @@ impl L2Handle {
     pub fn netlink_overflows(&self) -> u64 {
         self.netlink_overflows.load(Ordering::Relaxed)
     }
+
+    /// The eligible interfaces whose sockets could not be opened (not
+    /// answered on, retried with backoff), by name.
+    pub fn failed_interfaces(&self) -> Vec<FailedInterface> {
+        self.failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
 }
 
 struct IfSockets {
@@ -255,11 +326,19 @@ struct Driver {
     commands: mpsc::UnboundedReceiver<Command>,
     events: broadcast::Sender<RequestEvent>,
     gratuitous: broadcast::Sender<GratuitousEvent>,
+    open_fault: Option<OpenFault>,
+    /// Interfaces whose sockets could not be opened, shared with the
+    /// handles.
+    failed: Arc<Mutex<BTreeMap<String, FailedInterface>>>,
 }
 
 /// Starts the driver in the calling thread's network namespace (sockets
-/// and the netlink subscription are created here). Fails if the sockets
-/// cannot be opened on an eligible interface.
+/// and the netlink subscription are created here). Fails when rtnetlink
+/// fails, or when the sockets cannot be opened for want of privilege
+/// (`EPERM`/`EACCES`: no `CAP_NET_RAW`, which no retry cures); any other
+/// interface's socket error leaves that interface out, retried with
+/// backoff (1 s doubling to 60 s, [`L2Handle::failed_interfaces`]), and
+/// the others are answered on.
 pub async fn start(
     cfg: DriverConfig,
 ) -> Result<(L2Handle, JoinHandle<Result<(), DriverError>>), DriverError> {
@@ -285,14 +364,21 @@ pub async fn start(
         commands,
         events: events.clone(),
         gratuitous: gratuitous.clone(),
+        open_fault: cfg.open_fault,
+        failed: Arc::default(),
     };
-    d.reconcile(Instant::now())?;
+    if let Err(e) = d.reconcile(Instant::now())
+        && e.is_permission()
+    {
+        return Err(e);
+    }
     let handle = L2Handle {
         commands: commands_tx,
         state,
         events,
         gratuitous,
         netlink_overflows,
+        failed: d.failed.clone(),
     };
     Ok((handle, tokio::spawn(d.run())))
 }
@@ -324,6 +410,9 @@ impl Driver {
             interface: iface.name.clone(),
             source,
         };
+        if let Some(e) = self.open_fault.as_ref().and_then(|f| (f.0)(&iface.name)) {
+            return Err(err(e));
+        }
         let mut s = IfSockets {
             iface: iface.clone(),
             arp: None,
@@ -350,7 +439,9 @@ impl Driver {
     }
 
     /// Brings sockets and state in line with the link table. Returns the
-    /// first socket error; the other interfaces are still set up.
+    /// first socket error; the other interfaces are still set up. An
+    /// interface that failed is tried again once its retry is due (or at
+    /// once when its link was replaced, a new index).
     fn reconcile(&mut self, now: Instant) -> Result<(), DriverError> {
         let ifaces: Vec<Interface> = self
             .watcher
@@ -373,18 +464,41 @@ impl Driver {
                 continue;
             }
             self.sockets.remove(&iface.name);
+            let previous = lock_failed(&self.failed).get(&iface.name).cloned();
+            if let Some(f) = &previous
+                && f.index == iface.index
+                && f.next_retry > now
+            {
+                continue; // not due yet
+            }
             match self.open(iface) {
                 Ok(s) => {
                     tracing::info!(interface = %iface.name, arp = iface.arp, ndp = iface.ndp, "responding on interface");
+                    lock_failed(&self.failed).remove(&iface.name);
                     self.sockets.insert(iface.name.clone(), s);
                     usable.push(iface.clone());
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot respond on interface");
+                    let attempts = previous
+                        .filter(|f| f.index == iface.index)
+                        .map_or(1, |f| f.attempts.saturating_add(1));
+                    let delay = retry_delay(attempts);
+                    tracing::warn!(error = %e, attempts, retry_in = ?delay, "cannot respond on interface");
+                    lock_failed(&self.failed).insert(
+                        iface.name.clone(),
+                        FailedInterface {
+                            name: iface.name.clone(),
+                            index: iface.index,
+                            error: e.to_string(),
+                            attempts,
+                            next_retry: now + delay,
+                        },
+                    );
                     first_err.get_or_insert(e);
                 }
             }
         }
+        lock_failed(&self.failed).retain(|name, _| ifaces.iter().any(|i| &i.name == name));
         let gone: Vec<String> = self
             .sockets
             .keys()
@@ -487,9 +601,21 @@ impl Driver {
         }
     }
 
+    /// The earliest retry of a failed interface.
+    fn next_retry(&self) -> Option<Instant> {
+        lock_failed(&self.failed)
+            .values()
+            .map(|f| f.next_retry)
+            .min()
+    }
+
     async fn run(mut self) -> Result<(), DriverError> {
         loop {
-            let wake = lock(&self.state).next_wakeup();
+            let retry = self.next_retry();
+            let wake = match (lock(&self.state).next_wakeup(), retry) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             tokio::select! {
                 c = self.commands.recv() => match c {
                     Some(c) => self.command(c, Instant::now()),
@@ -503,7 +629,12 @@ impl Driver {
                 Some((name, frame)) = self.frames_rx.recv() => self.frame(&name, &frame),
                 () = sleep_until(wake), if wake.is_some() => {}
             }
-            self.flush(Instant::now());
+            let now = Instant::now();
+            if retry.is_some_and(|r| r <= now) {
+                // Errors were logged and recorded; keep serving the rest.
+                let _ = self.reconcile(now);
+            }
+            self.flush(now);
         }
     }
 }
@@ -512,5 +643,34 @@ async fn sleep_until(wake: Option<Instant>) {
     match wake {
         Some(w) => tokio::time::sleep_until(tokio::time::Instant::from_std(w)).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_backoff_doubles_to_a_minute() {
+        let secs: Vec<u64> = (1..=9).map(|a| retry_delay(a).as_secs()).collect();
+        assert_eq!(secs, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(retry_delay(u32::MAX), RETRY_MAX);
+    }
+
+    #[test]
+    fn only_a_permission_error_is_fatal_at_start() {
+        let e = |kind: io::ErrorKind| DriverError::Socket {
+            interface: "eth0".into(),
+            source: io::Error::from(kind),
+        };
+        assert!(e(io::ErrorKind::PermissionDenied).is_permission());
+        assert!(!e(io::ErrorKind::OutOfMemory).is_permission());
+        assert!(
+            !DriverError::Socket {
+                interface: "eth0".into(),
+                source: io::Error::from_raw_os_error(nix::libc::ENODEV),
+            }
+            .is_permission()
+        );
     }
 }

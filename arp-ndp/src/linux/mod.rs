@@ -11,8 +11,8 @@ pub mod socket;
 mod sys;
 
 pub use driver::{
-    DriverConfig, DriverError, GratuitousEvent, GratuitousKind, L2Handle, RequestEvent, Stopped,
-    start,
+    DriverConfig, DriverError, FailedInterface, GratuitousEvent, GratuitousKind, L2Handle,
+    OpenFault, RequestEvent, Stopped, start,
 };
 pub use membership::Memberships;
 pub use netlink::{

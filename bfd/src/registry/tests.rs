@@ -477,3 +477,44 @@ fn two_registries_handshake_over_bytes() {
         b.discriminator
     );
 }
+
+/// A flood of valid packets for one session: it accepts
+/// `MAX_CONTROL_PER_SECOND` a second, the rest are counted and dropped
+/// before it sees them; another session is not affected.
+#[test]
+fn control_packets_are_capped_per_session_per_second() {
+    let mut r = Registry::new(13);
+    let a = r.acquire(eth0(), Parameters::default(), 0).unwrap();
+    let m = r.acquire(multihop(), Parameters::default(), 0).unwrap();
+    let flood = 4 * MAX_CONTROL_PER_SECOND;
+    let bytes = packet(State::Down, a.discriminator).to_vec();
+    let mut accepted = 0;
+    for i in 0..flood {
+        // All within 0.9 s.
+        let now = MS + u64::from(i) * (900 * MS / u64::from(flood));
+        match r.receive_control(&bytes, &meta(&eth0()), now) {
+            Ok(_) => accepted += 1,
+            Err(e) => assert_eq!(e, RxDrop::RateLimited(a.discriminator)),
+        }
+    }
+    assert_eq!(accepted, MAX_CONTROL_PER_SECOND);
+    let dropped = u64::from(flood - MAX_CONTROL_PER_SECOND);
+    assert_eq!(r.counters().control_rate_limited, dropped);
+    assert_eq!(r.rate_limited(a.discriminator), dropped);
+    assert_eq!(
+        r.session(a.discriminator).unwrap().counters().control_in,
+        u64::from(MAX_CONTROL_PER_SECOND)
+    );
+    // The other session still hears its peer.
+    let bytes_m = packet(State::Down, m.discriminator).to_vec();
+    assert!(
+        r.receive_control(&bytes_m, &meta(&multihop()), 500 * MS)
+            .is_ok()
+    );
+    assert_eq!(r.rate_limited(m.discriminator), 0);
+    // The next second accepts again.
+    assert!(
+        r.receive_control(&bytes, &meta(&eth0()), 1_001 * MS)
+            .is_ok()
+    );
+}

@@ -1,8 +1,7 @@
 //! The runtime thread: epoll over the command eventfd, the timerfd, the
 //! receiving sockets and the echo sockets; the registry; the deadline heap.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
@@ -20,6 +19,7 @@ use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFl
 use tokio::sync::{mpsc, watch};
 
 use super::stats::Shared;
+use super::timers::TimerQueue;
 use super::{Acquired, BATCH_SLACK_NS, BfdEvent, Command, Error, RX_GATE_NS, neigh, sys};
 use crate::frame::{self, EchoPath};
 use crate::metrics::{self, Sample};
@@ -29,7 +29,7 @@ use crate::path::{
     CONTROL_PORT_MULTI_HOP, CONTROL_PORT_SINGLE_HOP, Hop, SOURCE_PORT_MAX, SOURCE_PORT_MIN,
     SessionKey,
 };
-use crate::registry::{ClientId, Registry, RxMeta};
+use crate::registry::{ClientId, Registry, RxDrop, RxMeta};
 use crate::rng::SplitMix64;
 use crate::session::{Action, Event, SessionStatus, StateChange, TX_EARLY_MAX_NS, Timer};
 
@@ -104,10 +104,9 @@ struct EventLoop {
     queue: std_mpsc::Receiver<Command>,
     rx: Vec<RxSocket>,
     sessions: HashMap<u32, SessionIo>,
-    heap: BinaryHeap<Reverse<(u64, u32, Timer)>>,
-    /// Live deadline of each armed timer, and how early it may be
-    /// delivered ([`Action::ArmTimer`]).
-    deadlines: HashMap<(u32, Timer), (u64, u64)>,
+    /// Every armed timer: its deadline and how early it may be delivered
+    /// ([`Action::ArmTimer`]).
+    timers: TimerQueue,
     /// When the gated receiving sockets are next drained (and re-enabled
     /// if nothing came); `None` while no socket is gated.
     rx_gate: Option<u64>,
@@ -208,8 +207,7 @@ impl EventLoop {
             queue: setup.queue,
             rx,
             sessions: HashMap::new(),
-            heap: BinaryHeap::new(),
-            deadlines: HashMap::new(),
+            timers: TimerQueue::default(),
             rx_gate: None,
             last_rx_wake: None,
             subscribers: Vec::new(),
@@ -315,6 +313,7 @@ impl EventLoop {
             let len = datagram.len.min(buf.len());
             match self.registry.receive_control(&buf[..len], &meta, now) {
                 Ok((discriminator, actions)) => self.apply(discriminator, actions, None),
+                Err(RxDrop::RateLimited(_)) => Shared::bump(&self.shared.rx_rate_limited),
                 Err(_) => Shared::bump(&self.shared.rx_unmatched),
             }
         }
@@ -543,9 +542,7 @@ impl EventLoop {
         self.apply(discriminator, released.actions, None);
         if released.removed {
             self.sessions.remove(&discriminator);
-            for timer in Timer::ALL {
-                self.deadlines.remove(&(discriminator, timer));
-            }
+            self.timers.remove_session(discriminator);
             self.shared
                 .sessions
                 .store(self.sessions.len() as u64, Ordering::Relaxed);
@@ -597,21 +594,20 @@ impl EventLoop {
 
     fn fire_due(&mut self) {
         for _ in 0..MAX_FIRES_PER_PASS {
-            let Some(&Reverse((at, discriminator, timer))) = self.heap.peek() else {
+            let Some(due) = self.timers.peek() else {
                 break;
             };
-            if self.deadlines.get(&(discriminator, timer)).map(|d| d.0) != Some(at) {
-                self.heap.pop(); // stale: re-armed or cancelled
-                continue;
-            }
             let now = self.now();
-            if at > now + BATCH_SLACK_NS {
+            if due.at > now + BATCH_SLACK_NS {
                 break;
             }
-            self.heap.pop();
-            self.fire(discriminator, timer, at, now);
+            self.timers.pop();
+            self.fire(due.discriminator, due.timer, due.at, now);
         }
         self.fire_early();
+        self.shared
+            .timer_queue_len
+            .store(self.timers.len() as u64, Ordering::Relaxed);
     }
 
     /// Delivers the periodic transmissions due within their early margin
@@ -621,27 +617,25 @@ impl EventLoop {
         let now = self.now();
         let horizon = now + TX_EARLY_MAX_NS + BATCH_SLACK_NS;
         let mut later = Vec::new();
-        while let Some(&Reverse((at, discriminator, timer))) = self.heap.peek() {
-            if at > horizon {
+        while let Some(due) = self.timers.peek() {
+            if due.at > horizon {
                 break;
             }
-            self.heap.pop();
-            match self.deadlines.get(&(discriminator, timer)) {
-                Some(&(live, early)) if live == at => {
-                    if at.saturating_sub(early) <= now + BATCH_SLACK_NS {
-                        self.fire(discriminator, timer, at, now);
-                    } else {
-                        later.push(Reverse((at, discriminator, timer)));
-                    }
-                }
-                _ => {} // stale
+            if due.at.saturating_sub(due.early) <= now + BATCH_SLACK_NS {
+                self.timers.pop();
+                self.fire(due.discriminator, due.timer, due.at, now);
+            } else {
+                // Still armed, out of the way of the ones behind it.
+                self.timers.set_aside();
+                later.push(due);
             }
         }
-        self.heap.extend(later);
+        for due in later {
+            self.timers.put_back(&due);
+        }
     }
 
     fn fire(&mut self, discriminator: u32, timer: Timer, at: u64, now: u64) {
-        self.deadlines.remove(&(discriminator, timer));
         Shared::bump(&self.shared.timer_expiries);
         // A deadline delivered early is delivered at its time.
         let at_or_now = now.max(at);
@@ -656,17 +650,7 @@ impl EventLoop {
 
     /// Arms the timerfd at the earliest live deadline.
     fn rearm(&mut self) {
-        let next = loop {
-            match self.heap.peek() {
-                None => break None,
-                Some(&Reverse((at, d, t))) => {
-                    if self.deadlines.get(&(d, t)).map(|d| d.0) == Some(at) {
-                        break Some(at);
-                    }
-                    self.heap.pop();
-                }
-            }
-        };
+        let next = self.timers.peek().map(|due| due.at);
         let next = match (next, self.rx_gate) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -707,12 +691,10 @@ impl EventLoop {
                     at_ns,
                     early_ns,
                 } => {
-                    self.deadlines
-                        .insert((discriminator, timer), (at_ns, early_ns));
-                    self.heap.push(Reverse((at_ns, discriminator, timer)));
+                    self.timers.arm(discriminator, timer, at_ns, early_ns);
                 }
                 Action::CancelTimer(timer) => {
-                    self.deadlines.remove(&(discriminator, timer));
+                    self.timers.cancel(discriminator, timer);
                 }
                 Action::StateChanged(change) => changes.push(change),
             }

@@ -119,6 +119,8 @@ pub(crate) struct Shared {
     pub(crate) control_tx: AtomicU64,
     pub(crate) rx_unmatched: AtomicU64,
     pub(crate) rx_gated: AtomicU64,
+    pub(crate) rx_rate_limited: AtomicU64,
+    pub(crate) timer_queue_len: AtomicU64,
     pub(crate) rx_errors: AtomicU64,
     pub(crate) tx_errors: AtomicU64,
     pub(crate) echo_tx: AtomicU64,
@@ -138,6 +140,8 @@ impl Shared {
             control_tx: AtomicU64::new(0),
             rx_unmatched: AtomicU64::new(0),
             rx_gated: AtomicU64::new(0),
+            rx_rate_limited: AtomicU64::new(0),
+            timer_queue_len: AtomicU64::new(0),
             rx_errors: AtomicU64::new(0),
             tx_errors: AtomicU64::new(0),
             echo_tx: AtomicU64::new(0),
@@ -165,6 +169,8 @@ impl Shared {
             control_tx: load(&self.control_tx),
             rx_unmatched: load(&self.rx_unmatched),
             rx_gated: load(&self.rx_gated),
+            rx_rate_limited: load(&self.rx_rate_limited),
+            timer_queue_len: load(&self.timer_queue_len),
             rx_errors: load(&self.rx_errors),
             tx_errors: load(&self.tx_errors),
             echo_tx: load(&self.echo_tx),
@@ -194,6 +200,13 @@ pub struct RuntimeStats {
     /// Times a busy receiving socket was taken out of the epoll set
     /// ([`super::RX_GATE_NS`]).
     pub rx_gated: u64,
+    /// Received control packets dropped because their session already
+    /// accepted [`crate::registry::MAX_CONTROL_PER_SECOND`] in the current
+    /// second (not counted in `rx_unmatched`).
+    pub rx_rate_limited: u64,
+    /// Entries in the deadline queue after the last timer pass, live and
+    /// stale (at most about two per armed timer).
+    pub timer_queue_len: u64,
     /// `recvmsg` errors.
     pub rx_errors: u64,
     /// Failed sends, control and echo (including a socket that could not be

@@ -251,7 +251,7 @@ mod tests {
         .join()
         .expect("the test thread panicked");
         let Some(((index, mac), forwarding)) = seen else {
-            eprintln!("skipped: no privilege for a network namespace");
+            skip_or_fail("no privilege for a network namespace");
             return;
         };
         assert!(index > 0);
@@ -260,5 +260,16 @@ mod tests {
         // Not in this thread's namespace.
         assert!(link(NAME).is_err());
         assert_eq!(ipv4_forwarding(NAME), None);
+    }
+
+    /// A test that cannot run here (no privilege for a network namespace,
+    /// no IPv6) fails, unless `METALLB_TEST_ALLOW_SKIP=1` explicitly allows
+    /// skipping it: a skipped test must not pass unnoticed.
+    fn skip_or_fail(why: &str) {
+        if std::env::var_os("METALLB_TEST_ALLOW_SKIP").is_some_and(|v| v == "1") {
+            eprintln!("skipped ({why}): METALLB_TEST_ALLOW_SKIP=1");
+        } else {
+            panic!("cannot run: {why} (METALLB_TEST_ALLOW_SKIP=1 skips instead)");
+        }
     }
 }

@@ -15,7 +15,9 @@
 //!   the peer opened ([`Role::Passive`]); when an OPEN arrives while
 //!   another connection is in OpenConfirm, the BGP Identifiers decide
 //!   ([`collision_winner`]); an Established connection always wins; the
-//!   loser gets Cease/Connection Collision Resolution. A newer connection
+//!   loser gets Cease/Connection Collision Resolution (a restarted
+//!   graceful-restart peer's new connection wins over the Established one,
+//!   RFC 4724 4.2). A newer connection
 //!   from the peer replaces its unfinished older one.
 //! - OPEN checks (peer AS fixed or dynamic internal/external, BGP
 //!   Identifier, required capabilities), capability negotiation
@@ -86,7 +88,12 @@
 //! - TrackTcpState: FALSE (events 14 and 15 never occur: the driver
 //!   accepts only configured peers).
 //! - CollisionDetectEstablishedState: FALSE (an Established connection
-//!   always wins).
+//!   always wins), except after a graceful restart: when graceful restart
+//!   was negotiated on the Established connection, a valid OPEN on a new
+//!   connection from the peer ends it (Cease/Connection Collision
+//!   Resolution, [`DownReason::PeerRestarted`]) and the new connection
+//!   carries on (RFC 4724 section 4.2), instead of being refused until our
+//!   hold timer expires.
 //!
 //! # Deliberate readings of the RFC
 //!

@@ -995,17 +995,42 @@ impl Session {
 
         // Collision detection (RFC 4271 6.8) against the connections in
         // OpenConfirm, and Established ones (CollisionDetectEstablishedState
-        // is false: an Established connection always wins). A connection
-        // still in OpenSent is left alone until its own OPEN arrives, when
-        // this one is in OpenConfirm: resolving early could drop a working
-        // connection for one that never completes.
-        let others: Vec<(ConnId, FsmState)> = self
+        // is false: an Established connection always wins, except over a
+        // graceful restart, below). A connection still in OpenSent is left
+        // alone until its own OPEN arrives, when this one is in
+        // OpenConfirm: resolving early could drop a working connection for
+        // one that never completes.
+        let others: Vec<(ConnId, FsmState, bool)> = self
             .conns
             .iter()
             .filter(|c| c.id != this && c.state != FsmState::OpenSent)
-            .map(|c| (c.id, c.state))
+            .map(|c| {
+                let graceful = c
+                    .params
+                    .as_ref()
+                    .is_some_and(|p| p.negotiated.graceful_restart.is_some());
+                (c.id, c.state, graceful)
+            })
             .collect();
-        for (other, other_state) in others {
+        for (other, other_state, graceful) in others {
+            if other_state == FsmState::Established && graceful && this.role == Role::Passive {
+                // RFC 4724 4.2: a valid OPEN on a new connection from a
+                // peer that negotiated graceful restart is the peer
+                // restarted; the old session ends (without waiting for
+                // our hold timer) and the new connection goes on.
+                if let Some(i) = self.index(other) {
+                    self.fail(
+                        out,
+                        i,
+                        Some(Notification::ConnectionCollisionResolution),
+                        None,
+                        DownReason::PeerRestarted,
+                        false,
+                        After::Active,
+                    );
+                }
+                continue;
+            }
             let this_wins = if other_state == FsmState::Established {
                 false
             } else if other.role == this.role {
@@ -1070,7 +1095,11 @@ impl Session {
             self.restart_hold(out, idx);
             self.restart_keepalive(out, idx);
         } else {
-            self.disarm(out, Timer::Hold { conn: this });
+            // Hold time 0: no hold timer once Established, but OpenConfirm
+            // keeps a guard (OpenSent's large hold time) so that a peer
+            // that never sends its KEEPALIVE cannot keep the connection
+            // in OpenConfirm for ever.
+            self.arm(out, Timer::Hold { conn: this }, OPEN_SENT_HOLD_TIME);
         }
     }
 
@@ -1078,6 +1107,16 @@ impl Session {
         self.conns[idx].state = FsmState::Established;
         // The restart is over: later OPENs are reconnections, not restarts.
         self.restart_state = false;
+        if self.conns[idx]
+            .params
+            .as_ref()
+            .is_some_and(|p| p.hold_time == 0)
+        {
+            // OpenConfirm's guard ends; TCP keepalive watches the peer
+            // (the driver, on `Negotiated` with hold time 0).
+            let conn = self.conns[idx].id;
+            self.disarm(out, Timer::Hold { conn });
+        }
         self.restart_hold(out, idx);
         self.attempt = 0;
         self.abandon_connect(out);

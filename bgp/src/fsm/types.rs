@@ -378,6 +378,10 @@ pub enum DownReason {
     UnexpectedMessage {
         message_type: u8,
     },
+    /// The peer, which negotiated graceful restart, sent a valid OPEN on a
+    /// new connection while the old one was Established: it restarted
+    /// (RFC 4724 section 4.2), the new connection carries on.
+    PeerRestarted,
 }
 
 impl fmt::Display for DownReason {
@@ -402,6 +406,9 @@ impl fmt::Display for DownReason {
             DownReason::MessageError => f.write_str("malformed message"),
             DownReason::UnexpectedMessage { message_type } => {
                 write!(f, "unexpected message of type {message_type}")
+            }
+            DownReason::PeerRestarted => {
+                f.write_str("the peer restarted (new OPEN on a new connection, RFC 4724)")
             }
         }
     }

@@ -5,28 +5,48 @@
 //! tears the topology down (the namespaces exist only while this runs).
 //!
 //! It checks what it shows: FRR runs with one neighbour per node address and answers,
-//! and the client's probe of the IP ran. With `--expect-speaker` (for when lab/demo runs
-//! the speaker in the node namespaces) the speaker's promises are checked too: every IPv4
-//! session Established, the router holds a route to the IP, the client resolves it. Each
-//! check is printed; the exit status is 1 when a checked promise does not hold.
+//! and the client's probe of the IP ran. With `--run-speaker` it starts the speaker
+//! binary in every node namespace (as the DaemonSet's hostNetwork Pods; each reaches the
+//! lab's API server through a relay on the node's own 127.0.0.1, with the kubeconfig
+//! given) and shows the speakers' status objects with `--kubectl`. With
+//! `--expect-speaker` the speaker's BGP promises are checked too: every IPv4 session
+//! Established and the router's route to the IP; with `--expect-l2` the client
+//! resolving the IP (the L2 mode). Each check is printed; the exit status is 1 when a
+//! checked promise does not hold.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use testkit::{FrrConfig, LabOptions, plan};
+use e2e::speakers::http_get_in_blocking;
+use testkit::apiproxy::ApiProxy;
+use testkit::{FrrConfig, LabOptions, NsChild, plan};
 
 const USAGE: &str = "\
-usage: demo-network --ip ADDR [--settle SECONDS] [--expect-speaker]
+usage: demo-network --ip ADDR [--settle SECONDS] [--run-speaker --kubeconfig PATH
+                    --speaker-bin PATH [--namespace NS] [--kubectl PATH]]
+                    [--expect-speaker] [--expect-l2]
 
 The network half of lab/demo, in the test kit's network namespaces (needs root and the
 kit's tools: scripts/setup --demo installs them):
   --ip ADDR          the LoadBalancer IP to look for (router's table, client's ARP)
   --settle SECONDS   how long to give the BGP sessions before looking (default 6)
-  --expect-speaker   also check what the speaker promises: every IPv4 session
-                     Established, a route to ADDR in the router, ADDR resolving on the
-                     client (without it these are shown, not checked: lab/demo runs no
-                     speaker yet)
+  --run-speaker      start the speaker (--speaker-bin) in every node namespace, with
+                     --node-name node-N and KUBECONFIG=--kubeconfig (its API server URL,
+                     https://127.0.0.1:PORT, is relayed from each node's 127.0.0.1:PORT
+                     to the root namespace's), METALLB_NAMESPACE=--namespace (default
+                     metallb-system); waits for each speaker's /readyz
+  --kubeconfig PATH  the speakers' kubeconfig (a speaker ServiceAccount token)
+  --speaker-bin PATH the speaker binary
+  --namespace NS     the speakers' configuration namespace (default metallb-system)
+  --kubectl PATH     with --run-speaker: show `kubectl get bgpsessionstatuses,
+                     servicebgpstatuses,configurationstates -n NS` while they run (with
+                     the KUBECONFIG of this process's environment)
+  --expect-speaker   also check the speaker's BGP promises: every IPv4 session
+                     Established and a route to ADDR in the router (without it they are
+                     shown, not checked)
+  --expect-l2        also check that ADDR resolves on the client (a node answers ARP;
+                     the L2 mode)
 Exit status: 0 every check held, 1 a check failed or the network could not be set up.";
 
 /// One check of what the demo shows. `promised` checks decide the exit status; the others
@@ -59,7 +79,7 @@ impl Checks {
             (true, true) => "ok",
             (true, false) => "FAILED",
             (false, true) => "holds (not checked)",
-            (false, false) => "does not hold (not checked: no speaker)",
+            (false, false) => "does not hold (not checked)",
         };
         println!("check: {}: {tag} ({})", c.what, c.seen);
         self.0.push(c);
@@ -86,12 +106,26 @@ fn run() -> Result<bool> {
     let mut ip: Option<Ipv4Addr> = None;
     let mut settle = 6u64;
     let mut expect_speaker = false;
+    let mut expect_l2 = false;
+    let mut run_speaker = false;
+    let mut kubeconfig: Option<String> = None;
+    let mut speaker_bin: Option<String> = None;
+    let mut kubectl: Option<String> = None;
+    let mut namespace = "metallb-system".to_string();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--ip" => ip = Some(args.next().context("--ip needs an address")?.parse()?),
             "--settle" => settle = args.next().context("--settle needs seconds")?.parse()?,
             "--expect-speaker" => expect_speaker = true,
+            "--expect-l2" => expect_l2 = true,
+            "--run-speaker" => run_speaker = true,
+            "--kubeconfig" => kubeconfig = Some(args.next().context("--kubeconfig needs a path")?),
+            "--speaker-bin" => {
+                speaker_bin = Some(args.next().context("--speaker-bin needs a path")?)
+            }
+            "--kubectl" => kubectl = Some(args.next().context("--kubectl needs a path")?),
+            "--namespace" => namespace = args.next().context("--namespace needs a name")?,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(true);
@@ -100,6 +134,14 @@ fn run() -> Result<bool> {
         }
     }
     let ip = ip.with_context(|| format!("--ip is required\n{USAGE}"))?;
+    let speaker_setup = if run_speaker {
+        let kubeconfig = kubeconfig.context("--run-speaker needs --kubeconfig")?;
+        let bin = speaker_bin.context("--run-speaker needs --speaker-bin")?;
+        let port = api_port(&kubeconfig)?;
+        Some((kubeconfig, bin, port))
+    } else {
+        None
+    };
     let mut checks = Checks::default();
 
     println!("taking the test kit's lock (waits while another network test runs)...");
@@ -119,10 +161,96 @@ fn run() -> Result<bool> {
             .join(" ")
     );
     let router = lab.start_router(&FrrConfig::lab_router())?;
-    println!(
-        "FRR runs in `router` (AS 64512, 192.0.2.1), one neighbour per node (AS 64513); waiting {settle} s for sessions..."
-    );
-    std::thread::sleep(Duration::from_secs(settle));
+    println!("FRR runs in `router` (AS 64512, 192.0.2.1), one neighbour per node (AS 64513)");
+    // Dropped (speakers stopped, relays closed) before the namespaces go.
+    let mut speakers: Vec<NsChild> = Vec::new();
+    let mut proxies: Vec<ApiProxy> = Vec::new();
+    if let Some((kubeconfig, bin, port)) = &speaker_setup {
+        for n in 1..=lab.nodes() {
+            let ns = lab.node(n);
+            proxies.push(ApiProxy::start(ns, *port, *port)?);
+            let node = plan::node_name(n);
+            let log = ns.state_dir().join("speaker.log");
+            let mut cmd = ns.command(bin);
+            cmd.args([
+                "--log-format",
+                "text",
+                "--node-name",
+                &node,
+                "--health-probe-port",
+                &SPEAKER_HEALTH_PORT.to_string(),
+                "--port",
+                "0",
+            ])
+            .env("KUBECONFIG", kubeconfig)
+            .env("METALLB_NAMESPACE", &namespace)
+            .env("METALLB_NODE_NAME", &node)
+            .env("METALLB_HOST", plan::node_v4(n).to_string());
+            println!(
+                "$ ip netns exec {} speaker --node-name {node} ...   (log {})",
+                ns.name(),
+                log.display()
+            );
+            speakers.push(NsChild::spawn_logged(cmd, &log)?);
+        }
+        for (i, sp) in speakers.iter_mut().enumerate() {
+            let ns = lab.node(i + 1).name().to_string();
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            let ready = loop {
+                if !sp.is_running() {
+                    break false;
+                }
+                match http_get_in_blocking(&ns, SPEAKER_HEALTH_PORT, "/readyz") {
+                    Ok(r) if r.starts_with("HTTP/1.1 200 ") => break true,
+                    _ if std::time::Instant::now() > deadline => break false,
+                    _ => std::thread::sleep(Duration::from_millis(200)),
+                }
+            };
+            checks.add(
+                true,
+                format!(
+                    "the speaker of node-{} is ready (/readyz in its namespace)",
+                    i + 1
+                ),
+                ready,
+                if ready {
+                    "200".to_string()
+                } else {
+                    format!("not ready within 30 s; its log:\n{}", sp.log())
+                },
+            );
+        }
+    }
+    if speaker_setup.is_some() {
+        // Sessions and the route, as soon as they are there (at most `settle` + 10 s).
+        println!(
+            "waiting (at most {} s) for the sessions and the route...",
+            settle + 10
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(settle + 10);
+        let want = format!("{ip}/32");
+        while std::time::Instant::now() < deadline {
+            let up = router
+                .bgp_neighbors()
+                .map(|n| {
+                    n.iter()
+                        .filter(|n| n.addr.is_ipv4() && n.state == "Established")
+                        .count()
+                })
+                .unwrap_or(0);
+            let routed = router
+                .route(&want)
+                .map(|r| r.len() >= lab.nodes())
+                .unwrap_or(false);
+            if up == lab.nodes() && routed {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    } else {
+        println!("waiting {settle} s for sessions...");
+        std::thread::sleep(Duration::from_secs(settle));
+    }
 
     println!("\n$ vtysh -c 'show bgp summary'      (in the router's namespace)");
     println!("{}", router.vtysh(&["show bgp summary"])?.trim_end());
@@ -240,7 +368,7 @@ fn run() -> Result<bool> {
     );
     let resolved = entry.as_ref().and_then(|n| n.lladdr.clone());
     checks.add(
-        expect_speaker,
+        expect_l2,
         format!("the client resolves {ip} (a node answers ARP)"),
         resolved.is_some(),
         match resolved {
@@ -248,6 +376,23 @@ fn run() -> Result<bool> {
             None => "does not resolve: nobody answers ARP for it".to_string(),
         },
     );
+    if speaker_setup.is_some() {
+        if let Some(kubectl) = &kubectl {
+            let what = "bgpsessionstatuses,servicebgpstatuses,configurationstates";
+            println!("\n$ kubectl get {what} -n {namespace}   (while the speakers run)");
+            let out = std::process::Command::new(kubectl)
+                .args(["get", what, "-n", &namespace])
+                .output()
+                .with_context(|| format!("running {kubectl}"))?;
+            print!("{}", String::from_utf8_lossy(&out.stdout));
+            eprint!("{}", String::from_utf8_lossy(&out.stderr));
+        }
+        println!("\nstopping the speakers (SIGTERM: each sends the router a Cease)");
+    }
+    for sp in speakers.drain(..) {
+        let _ = sp.stop();
+    }
+    drop(proxies);
     println!("\ntearing the network down");
     drop(router);
     drop(lab);
@@ -257,10 +402,10 @@ fn run() -> Result<bool> {
         println!(
             "demo-network: {} checks held{}",
             checks.0.iter().filter(|c| c.promised).count(),
-            if expect_speaker {
-                ""
-            } else {
-                " (the speaker's are shown, not checked: --expect-speaker)"
+            match (expect_speaker, expect_l2) {
+                (true, true) => "",
+                (true, false) => " (the L2 answer is shown, not checked: --expect-l2)",
+                _ => " (the speaker's are shown, not checked: --expect-speaker, --expect-l2)",
             }
         );
         Ok(true)
@@ -270,4 +415,29 @@ fn run() -> Result<bool> {
         }
         Ok(false)
     }
+}
+
+/// The speakers' probe port, inside each node namespace.
+const SPEAKER_HEALTH_PORT: u16 = 17472;
+
+/// The port of the kubeconfig's API server (`https://127.0.0.1:PORT`), which the relays
+/// listen on in each node namespace.
+fn api_port(kubeconfig: &str) -> Result<u16> {
+    let text =
+        std::fs::read_to_string(kubeconfig).with_context(|| format!("reading {kubeconfig}"))?;
+    let server = text
+        .lines()
+        .find_map(|l| {
+            let l = l.trim().trim_start_matches('"');
+            l.strip_prefix("server:")
+                .or_else(|| l.strip_prefix("server\":"))
+                .map(|v| v.trim().trim_matches(|c| c == '"' || c == ',').to_string())
+        })
+        .with_context(|| format!("no server in {kubeconfig}"))?;
+    let rest = server
+        .strip_prefix("https://127.0.0.1:")
+        .with_context(|| format!("{kubeconfig}: server {server}, not https://127.0.0.1:PORT"))?;
+    rest.trim_end_matches('/')
+        .parse()
+        .with_context(|| format!("{kubeconfig}: the port of {server}"))
 }

@@ -14,4 +14,5 @@ mod nodes;
 mod rbac;
 mod samples;
 mod speaker;
+mod speaker_bgp;
 mod table;

@@ -1,0 +1,803 @@
+//! BGP mode end to end, against issue 14's promises: a LoadBalancer Service's address
+//! reaches the router from every eligible node (ECMP) within a few seconds of its
+//! address being written, and goes when the Service does; `aggregationLength`,
+//! advertisement and peer `nodeSelectors`, advertisement `peers`, communities and
+//! LOCAL_PREF (iBGP), `externalTrafficPolicy: Local`, the exclude label and
+//! `--ignore-exclude-lb`, BFD and a silent link cut, an invalid configuration keeping
+//! every route, SIGTERM's Cease, and the status objects (`BGPSessionStatus`,
+//! `ServiceBGPStatus`) read with kube and `kubectl get`.
+//!
+//! No controller runs: each test writes the Service's `status.loadBalancer.ingress`
+//! (and the pool annotation) as the controller would, so the addresses are known. The
+//! EndpointSlices are written by the harness as the kube-controller-manager's
+//! EndpointSlice controller would (the lab runs none; `Lab::set_endpoints`).
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use e2e::speakers::{
+    RouterPath, SpeakerLab, SpeakerLabOptions, fib_next_hops, ibgp_peer_spec, netns_available,
+    paths, pool_ip, router_peer_spec, router_summary,
+};
+use e2e::{EndpointSpec, Lab, wait_until};
+use kube::api::DynamicObject;
+use serde_json::{Value, json};
+use testkit::frr::BfdProfile;
+
+/// How long a route may take to reach (or leave) the router after the write that
+/// causes it. Issue 14 promises milliseconds; this leaves room for a loaded machine.
+const ROUTE_WITHIN: Duration = Duration::from_secs(5);
+/// How long the sessions may take to come up after the speakers start (FRR retries
+/// its connection every 5 s; the speaker connects at once).
+const SESSIONS_WITHIN: Duration = Duration::from_secs(30);
+const ALL: [usize; 3] = [1, 2, 3];
+
+fn host(prefix_host: u8) -> String {
+    format!("{}/32", pool_ip(prefix_host))
+}
+
+/// Starts the lab of one test, or `None` when network tests are explicitly skipped.
+async fn start(opts: SpeakerLabOptions) -> Result<Option<(Lab, SpeakerLab)>> {
+    if !netns_available(&opts.test)? {
+        return Ok(None);
+    }
+    let lab = Lab::connect().await?;
+    let sl = SpeakerLab::start(&lab, opts).await?;
+    Ok(Some((lab, sl)))
+}
+
+fn ensure_within(what: &str, took: Duration, limit: Duration) -> Result<()> {
+    eprintln!("TIMING {what}: {took:?}");
+    ensure!(took <= limit, "{what} took {took:?} (more than {limit:?})");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_is_announced_from_every_node_with_ecmp_and_withdrawn_when_deleted() -> Result<()>
+{
+    let Some((_lab, sl)) = start(SpeakerLabOptions::new("spk-announce")).await? else {
+        return Ok(());
+    };
+    let body = async {
+        sl.apply_basic_config(json!({})).await?;
+        sl.wait_sessions(&ALL, SESSIONS_WITHIN).await?;
+        sl.wait_configuration_valid(Duration::from_secs(10)).await?;
+
+        let svc = sl
+            .service("web")
+            .endpoints(vec![EndpointSpec::ready("node-1")]);
+        sl.create_service(svc, &[pool_ip(10)]).await?;
+        let (p, took) = sl.wait_next_hops(&host(10), &ALL, ROUTE_WITHIN).await?;
+        ensure_within(
+            "ingress written -> /32 at the router from 3 nodes",
+            took,
+            ROUTE_WITHIN,
+        )?;
+        for path in &p {
+            ensure!(
+                path.as_path == "64513",
+                "{}: AS path {:?}, want 64513 (the nodes' AS): {p:?}",
+                host(10),
+                path.as_path
+            );
+        }
+        // ECMP: the router installs all three next hops.
+        let fib = wait_until(
+            &format!("{} in the router's FIB with 3 next hops", host(10)),
+            Duration::from_secs(5),
+            || async {
+                let f = fib_next_hops(&sl.router, &host(10)).map_err(|e| format!("{e:#}"))?;
+                if f.len() == 3 {
+                    Ok(f)
+                } else {
+                    Err(format!("FIB next hops {f:?}"))
+                }
+            },
+        )
+        .await?;
+        eprintln!("FIB next hops of {}: {fib:?}", host(10));
+
+        // A new address: the old one withdrawn, the new one announced.
+        sl.set_ingress("web", &[pool_ip(11)]).await?;
+        sl.wait_next_hops(&host(11), &ALL, ROUTE_WITHIN).await?;
+        let (_, took) = sl.wait_next_hops(&host(10), &[], ROUTE_WITHIN).await?;
+        ensure_within("address changed -> old /32 withdrawn", took, ROUTE_WITHIN)?;
+
+        // Deleting the Service withdraws it.
+        let start = Instant::now();
+        sl.delete_service("web").await?;
+        sl.wait_next_hops(&host(11), &[], ROUTE_WITHIN).await?;
+        ensure_within(
+            "Service deleted -> /32 withdrawn from the router",
+            start.elapsed(),
+            ROUTE_WITHIN,
+        )?;
+        // The sessions stay up.
+        sl.wait_sessions(&ALL, Duration::from_secs(1)).await?;
+        anyhow::Ok(())
+    };
+    let r = body.await;
+    sl.finish(r).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregation_length_announces_the_aggregate_instead_of_each_address() -> Result<()> {
+    let Some((_lab, sl)) = start(SpeakerLabOptions::new("spk-aggr")).await? else {
+        return Ok(());
+    };
+    let body = async {
+        sl.apply_basic_config(json!({"aggregationLength": 24}))
+            .await?;
+        sl.wait_sessions(&ALL, SESSIONS_WITHIN).await?;
+        let eps = || vec![EndpointSpec::ready("node-2")];
+        sl.create_service(sl.service("a").endpoints(eps()), &[pool_ip(20)])
+            .await?;
+        sl.create_service(sl.service("b").endpoints(eps()), &[pool_ip(21)])
+            .await?;
+        let aggregate = "198.51.100.0/24";
+        sl.wait_next_hops(aggregate, &ALL, ROUTE_WITHIN).await?;
+        for h in [20, 21] {
+            let p = paths(&sl.router, &host(h))?;
+            ensure!(
+                p.is_empty(),
+                "{} announced besides the aggregate: {p:?}; router: {}",
+                host(h),
+                router_summary(&sl.router)?
+            );
+        }
+        // One Service gone: the other keeps the aggregate.
+        sl.delete_service("a").await?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        sl.wait_next_hops(aggregate, &ALL, Duration::from_secs(1))
+            .await
+            .context("the aggregate must stay while Service b uses it")?;
+        sl.delete_service("b").await?;
+        sl.wait_next_hops(aggregate, &[], ROUTE_WITHIN).await?;
+        anyhow::Ok(())
+    };
+    let r = body.await;
+    sl.finish(r).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advertisement_node_selectors_restrict_the_announcing_nodes() -> Result<()> {
+    let Some((_lab, mut sl)) = start(SpeakerLabOptions::new("spk-advsel")).await? else {
+        return Ok(());
+    };
+    let key = sl.label_key();
+    let r = async {
+        sl.label_node("node-2", &key, Some("yes")).await?;
+        sl.apply_basic_config(json!({"nodeSelectors": [{"matchLabels": {&key: "yes"}}]}))
+            .await?;
+        sl.wait_sessions(&ALL, SESSIONS_WITHIN).await?;
+        let svc = sl
+            .service("web")
+            .endpoints(vec![EndpointSpec::ready("node-1")]);
+        sl.create_service(svc, &[pool_ip(30)]).await?;
+        sl.wait_next_hops(&host(30), &[2], ROUTE_WITHIN).await?;
+
+        // A label added: that node announces too; removed: it stops.
+        sl.label_node("node-3", &key, Some("yes")).await?;
+        sl.wait_next_hops(&host(30), &[2, 3], ROUTE_WITHIN).await?;
+        sl.label_node("node-2", &key, None).await?;
+        sl.wait_next_hops(&host(30), &[3], ROUTE_WITHIN).await?;
+        // Sessions are not the advertisement's business: all stay up.
+        sl.wait_sessions(&ALL, Duration::from_secs(1)).await?;
+        anyhow::Ok(())
+    }
+    .await;
+    sl.finish(r).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_node_selectors_run_sessions_only_on_matching_nodes_and_follow_label_changes()
+-> Result<()> {
+    let Some((_lab, mut sl)) = start(SpeakerLabOptions::new("spk-peersel")).await? else {
+        return Ok(());
+    };
+    let key = sl.label_key();
+    let r = async {
+        sl.label_node("node-1", &key, Some("yes")).await?;
+        let mut peer = router_peer_spec();
+        peer["nodeSelectors"] = json!([{"matchLabels": {&key: "yes"}}]);
+        sl.apply(
+            "IPAddressPool",
+            "pool",
+            json!({"addresses": ["198.51.100.0/24"]}),
+        )
+        .await?;
+        sl.apply("BGPPeer", "router", peer).await?;
+        sl.apply("BGPAdvertisement", "adv", json!({})).await?;
+        sl.wait_sessions(&[1], SESSIONS_WITHIN).await?;
+        let svc = sl
+            .service("web")
+            .endpoints(vec![EndpointSpec::ready("node-2")]);
+        sl.create_service(svc, &[pool_ip(40)]).await?;
+        sl.wait_next_hops(&host(40), &[1], ROUTE_WITHIN).await?;
+        // node-2 and node-3 have no session: give them time to (wrongly) open one.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let s = e2e::speakers::sessions(&sl.router)?;
+        for n in [2, 3] {
+            let st = s
+                .get(&e2e::speakers::node_addr(n))
+                .cloned()
+                .unwrap_or_default();
+            ensure!(
+                st != "Established",
+                "node-{n} has a session with the router although the BGPPeer selects only \
+                 node-1: {}",
+                router_summary(&sl.router)?
+            );
+        }
+        // node-3 labelled: its session starts and it announces; node-1's session stays.
+        sl.label_node("node-3", &key, Some("yes")).await?;
+        sl.wait_sessions(&[1, 3], SESSIONS_WITHIN).await?;
+        sl.wait_next_hops(&host(40), &[1, 3], ROUTE_WITHIN).await?;
+        // node-1 unlabelled: its session stops and the router loses its path.
+        sl.label_node("node-1", &key, None).await?;
+        sl.wait_next_hops(&host(40), &[3], Duration::from_secs(10))
+            .await?;
+        anyhow::Ok(())
+    }
+    .await;
+    sl.finish(r).await
+}
+
+/// The path from node `n` among `p`.
+fn from_node(p: &[RouterPath], n: usize) -> Result<&RouterPath> {
+    let addr = e2e::speakers::node_addr(n).to_string();
+    p.iter()
+        .find(|p| p.next_hop == addr)
+        .with_context(|| format!("no path from node-{n} ({addr}) in {p:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn communities_local_pref_to_ibgp_only_and_advertisement_peers() -> Result<()> {
+    let Some((_lab, sl)) = start(SpeakerLabOptions::new("spk-comm").ibgp_router()).await? else {
+        return Ok(());
+    };
+    let r = async {
+        sl.apply("IPAddressPool", "pool", json!({"addresses": ["198.51.100.0/24"]}))
+            .await?;
+        sl.apply("BGPPeer", "router", router_peer_spec()).await?;
+        sl.apply("BGPPeer", "router2", ibgp_peer_spec()).await?;
+        sl.apply(
+            "Community",
+            "aliases",
+            json!({"communities": [{"name": "gold", "value": "64512:200"}]}),
+        )
+        .await?;
+        sl.apply(
+            "BGPAdvertisement",
+            "adv",
+            json!({"communities": ["64512:300", "gold", "large:64512:1:2"], "localPref": 150}),
+        )
+        .await?;
+        sl.wait_sessions(&ALL, SESSIONS_WITHIN).await?;
+        let svc = sl.service("web").endpoints(vec![EndpointSpec::ready("node-1")]);
+        sl.create_service(svc, &[pool_ip(50)]).await?;
+        let want_comm = vec!["64512:200".to_string(), "64512:300".to_string()];
+        let want_large = vec!["64512:1:2".to_string()];
+
+        // eBGP router: communities (alias resolved), all three nodes.
+        let (p, _) = sl.wait_next_hops(&host(50), &ALL, ROUTE_WITHIN).await?;
+        for n in ALL {
+            let path = from_node(&p, n)?;
+            ensure!(
+                path.communities == want_comm && path.large_communities == want_large,
+                "router (eBGP): {} from node-{n} has communities {:?} large {:?}, want {want_comm:?} \
+                 large {want_large:?}",
+                host(50),
+                path.communities,
+                path.large_communities
+            );
+        }
+        // iBGP router: the same communities and LOCAL_PREF 150.
+        let (p, _) = sl.wait_ibgp_next_hops(&host(50), &ALL, ROUTE_WITHIN).await?;
+        for n in ALL {
+            let path = from_node(&p, n)?;
+            ensure!(
+                path.local_pref == Some(150)
+                    && path.communities == want_comm
+                    && path.large_communities == want_large,
+                "router2 (iBGP): {} from node-{n}: LOCAL_PREF {:?} communities {:?} large {:?}, \
+                 want 150, {want_comm:?}, {want_large:?}",
+                host(50),
+                path.local_pref,
+                path.communities,
+                path.large_communities
+            );
+        }
+
+        // The advertisement restricted to the eBGP peer: the iBGP router withdraws.
+        sl.apply(
+            "BGPAdvertisement",
+            "adv",
+            json!({"communities": ["64512:300", "gold", "large:64512:1:2"], "localPref": 150,
+                   "peers": ["router"]}),
+        )
+        .await?;
+        sl.wait_ibgp_next_hops(&host(50), &[], ROUTE_WITHIN).await?;
+        sl.wait_next_hops(&host(50), &ALL, Duration::from_secs(1))
+            .await
+            .context("the eBGP router must keep the route")?;
+        anyhow::Ok(())
+    }
+    .await;
+    sl.finish(r).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_traffic_policy_local_announces_only_from_nodes_with_serving_endpoints()
+-> Result<()> {
+    let Some((lab, sl)) = start(SpeakerLabOptions::new("spk-local")).await? else {
+        return Ok(());
+    };
+    let r = async {
+        sl.apply_basic_config(json!({})).await?;
+        sl.wait_sessions(&ALL, SESSIONS_WITHIN).await?;
+        let svc = sl.service("web").local().endpoints(vec![
+            EndpointSpec::ready("node-1"),
+            EndpointSpec::not_ready("node-2"),
+        ]);
+        let created = sl.create_service(svc, &[pool_ip(60)]).await?;
+        sl.wait_next_hops(&host(60), &[1], ROUTE_WITHIN).await?;
+
+        // Backends move to node-2 and node-3 (a terminating one still serving counts).
+        lab.set_endpoints(
+            &created,
+            &[
+                EndpointSpec::ready("node-2"),
+                EndpointSpec::terminating("node-3", true),
+                EndpointSpec::terminating("node-1", false),
+            ],
+        )
+        .await?;
+        sl.wait_next_hops(&host(60), &[2, 3], ROUTE_WITHIN).await?;
+
+        // No serving endpoint anywhere: withdrawn from every node.
+        lab.set_endpoints(&created, &[EndpointSpec::not_ready("node-1")])
+            .await?;
+        sl.wait_next_hops(&host(60), &[], ROUTE_WITHIN).await?;
+
+        // Back on node-3 only.
+        lab.set_endpoints(&created, &[EndpointSpec::ready("node-3")])
+            .await?;
+        sl.wait_next_hops(&host(60), &[3], ROUTE_WITHIN).await?;
+        anyhow::Ok(())
+    }
+    .await;
+    sl.finish(r).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exclude_label_withdraws_from_its_node_unless_ignore_exclude_lb() -> Result<()> {
+    let Some((_lab, mut sl)) = start(SpeakerLabOptions::new("spk-exclude")).await? else {
+        return Ok(());
+    };
+    const EXCLUDE: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+    let r = async {
+        sl.apply_basic_config(json!({})).await?;
+        sl.wait_sessions(&ALL, SESSIONS_WITHIN).await?;
+        let svc = sl
+            .service("web")
+            .endpoints(vec![EndpointSpec::ready("node-1")]);
+        sl.create_service(svc, &[pool_ip(70)]).await?;
+        sl.wait_next_hops(&host(70), &ALL, ROUTE_WITHIN).await?;
+        sl.label_node("node-2", EXCLUDE, Some("true")).await?;
+        sl.wait_next_hops(&host(70), &[1, 3], ROUTE_WITHIN).await?;
+        // node-2's speaker restarted with --ignore-exclude-lb announces again.
+        sl.start_speaker(2, &["--ignore-exclude-lb"]).await?;
+        sl.wait_next_hops(&host(70), &ALL, SESSIONS_WITHIN).await?;
+        sl.label_node("node-2", EXCLUDE, None).await?;
+        anyhow::Ok(())
+    }
+    .await;
+    sl.finish(r).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_configuration_keeps_every_route_and_shows_invalid_until_fixed() -> Result<()> {
+    let Some((_lab, sl)) = start(SpeakerLabOptions::new("spk-invalid")).await? else {
+        return Ok(());
+    };
+    let r = async {
+        sl.apply_basic_config(json!({})).await?;
+        sl.wait_sessions(&ALL, SESSIONS_WITHIN).await?;
+        let svc = sl
+            .service("web")
+            .endpoints(vec![EndpointSpec::ready("node-1")]);
+        sl.create_service(svc, &[pool_ip(80)]).await?;
+        sl.wait_next_hops(&host(80), &ALL, ROUTE_WITHIN).await?;
+        // The status writer writes an object at most once a second.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        // An overlapping pool: MetalLB refuses the whole configuration.
+        sl.apply(
+            "IPAddressPool",
+            "overlap",
+            json!({"addresses": ["198.51.100.0/25"]}),
+        )
+        .await?;
+        wait_until(
+            "every speaker's ConfigurationState Invalid (overlap)",
+            Duration::from_secs(5),
+            || async {
+                let mut seen = Vec::new();
+                let mut ok = true;
+                for node in sl.node_names() {
+                    let s = sl
+                        .configuration_state(&node)
+                        .await
+                        .map_err(|e| format!("{e:#}"))?;
+                    ok &= matches!(&s, Some((r, e)) if r == "Invalid" && e.contains("overlap"));
+                    seen.push(format!("{node}: {s:?}"));
+                }
+                if ok { Ok(()) } else { Err(seen.join("; ")) }
+            },
+        )
+        .await?;
+        // Nothing moves at the router while the configuration is invalid.
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until {
+            sl.wait_next_hops(&host(80), &ALL, Duration::from_millis(1))
+                .await
+                .context("the route must stay while the configuration is invalid")?;
+            sl.wait_sessions(&ALL, Duration::from_millis(1)).await?;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        sl.delete("IPAddressPool", "overlap").await?;
+        sl.wait_configuration_valid(Duration::from_secs(5)).await?;
+        sl.wait_next_hops(&host(80), &ALL, Duration::from_secs(1))
+            .await?;
+        anyhow::Ok(())
+    }
+    .await;
+    sl.finish(r).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bfd_notices_a_silent_link_cut_and_the_router_withdraws_until_the_link_is_back()
+-> Result<()> {
+    let profile = BfdProfile::new("fast", 100, 100, 3);
+    let Some((_lab, sl)) = start(SpeakerLabOptions::new("spk-bfd").bfd(profile)).await? else {
+        return Ok(());
+    };
+    let r = async {
+        sl.apply(
+            "BFDProfile",
+            "fast",
+            json!({"receiveInterval": 100, "transmitInterval": 100, "detectMultiplier": 3}),
+        )
+        .await?;
+        let mut peer = router_peer_spec();
+        peer["bfdProfile"] = json!("fast");
+        sl.apply(
+            "IPAddressPool",
+            "pool",
+            json!({"addresses": ["198.51.100.0/24"]}),
+        )
+        .await?;
+        sl.apply("BGPPeer", "router", peer).await?;
+        sl.apply("BGPAdvertisement", "adv", json!({})).await?;
+        sl.wait_sessions(&ALL, SESSIONS_WITHIN).await?;
+        for n in ALL {
+            sl.router
+                .wait_bfd_status(e2e::speakers::node_addr(n), "up", Duration::from_secs(10))
+                .with_context(|| format!("BFD with node-{n} at the router"))?;
+        }
+        let svc = sl
+            .service("web")
+            .endpoints(vec![EndpointSpec::ready("node-1")]);
+        sl.create_service(svc, &[pool_ip(90)]).await?;
+        sl.wait_next_hops(&host(90), &ALL, ROUTE_WITHIN).await?;
+
+        // node-2's cable silently cut at the switch: BFD (3 x 100 ms) notices, the
+        // router withdraws node-2's path long before BGP's hold timer (9 s) would.
+        let cut = sl.net.net.cut_cable("node-2")?;
+        let start = Instant::now();
+        sl.router
+            .wait_bfd_status(e2e::speakers::node_addr(2), "down", Duration::from_secs(3))?;
+        sl.wait_next_hops(&host(90), &[1, 3], Duration::from_secs(3))
+            .await?;
+        ensure_within(
+            "silent cut -> node-2's path withdrawn at the router",
+            start.elapsed(),
+            Duration::from_secs(2),
+        )?;
+        // BGP stays down while BFD is down: node-2's path does not come back while the
+        // link is cut.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        ensure!(
+            paths(&sl.router, &host(90))?
+                .iter()
+                .all(|p| p.next_hop != "192.0.2.12"),
+            "node-2's path came back while its link is cut"
+        );
+        // The speaker reports it (its API writes go through the relay, not the cut link).
+        wait_until(
+            "BGPSessionStatus node-2-router: bfdStatus Down, bgpStatus not Established",
+            Duration::from_secs(5),
+            || async {
+                let l = sl
+                    .list("BGPSessionStatus", Some("metallb.io/node=node-2"))
+                    .await
+                    .map_err(|e| format!("{e:#}"))?;
+                let seen: Vec<String> = l
+                    .iter()
+                    .map(|o| format!("{:?} {}", o.metadata.name, o.data["status"]))
+                    .collect();
+                let ok = l.len() == 1
+                    && l[0].data["status"]["bfdStatus"] == "Down"
+                    && l[0].data["status"]["bgpStatus"] != "Established";
+                if ok { Ok(()) } else { Err(seen.join("; ")) }
+            },
+        )
+        .await?;
+        cut.restore()?;
+        sl.wait_sessions(&ALL, SESSIONS_WITHIN).await?;
+        sl.wait_next_hops(&host(90), &ALL, SESSIONS_WITHIN).await?;
+        let statuses = sl.list("BGPSessionStatus", None).await?;
+        for n in ALL {
+            let name = format!("node-{n}-router");
+            let s = statuses
+                .iter()
+                .find(|o| o.metadata.name.as_deref() == Some(&name))
+                .with_context(|| format!("no BGPSessionStatus {name}"))?;
+            ensure!(
+                s.data["status"]["bfdStatus"] == "Up",
+                "BGPSessionStatus {name}: {}",
+                s.data["status"]
+            );
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    sl.finish(r).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_sends_a_cease_and_the_router_withdraws_at_once() -> Result<()> {
+    let Some((_lab, mut sl)) = start(SpeakerLabOptions::new("spk-cease")).await? else {
+        return Ok(());
+    };
+    let r = async {
+        sl.apply_basic_config(json!({})).await?;
+        sl.wait_sessions(&ALL, SESSIONS_WITHIN).await?;
+        let svc = sl
+            .service("web")
+            .endpoints(vec![EndpointSpec::ready("node-1")]);
+        sl.create_service(svc, &[pool_ip(100)]).await?;
+        sl.wait_next_hops(&host(100), &ALL, ROUTE_WITHIN).await?;
+        let start = Instant::now();
+        sl.stop_speaker(3, Duration::from_secs(5))?;
+        sl.wait_next_hops(&host(100), &[1, 2], Duration::from_secs(3))
+            .await?;
+        // The hold time is 9 s: within 2 s, only a Cease explains the withdrawal.
+        ensure_within(
+            "SIGTERM to node-3's speaker -> its path withdrawn",
+            start.elapsed(),
+            Duration::from_secs(2),
+        )?;
+        anyhow::Ok(())
+    }
+    .await;
+    sl.finish(r).await
+}
+
+fn status_of(o: &DynamicObject) -> &Value {
+    &o.data["status"]
+}
+
+fn label<'a>(o: &'a DynamicObject, k: &str) -> &'a str {
+    o.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(k))
+        .map(String::as_str)
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_objects_show_every_session_and_which_node_announces_which_service() -> Result<()> {
+    let Some((lab, sl)) = start(SpeakerLabOptions::new("spk-status")).await? else {
+        return Ok(());
+    };
+    let r = async {
+        let ns = sl.namespace().to_owned();
+        sl.apply_basic_config(json!({})).await?;
+        sl.wait_sessions(&ALL, SESSIONS_WITHIN).await?;
+
+        // BGPSessionStatus per (node, peer): `<node>-<peer>`, labelled, Established,
+        // no BFD.
+        let sessions = wait_until(
+            "a BGPSessionStatus per node, Established",
+            Duration::from_secs(10),
+            || async {
+                let l = sl
+                    .list("BGPSessionStatus", None)
+                    .await
+                    .map_err(|e| format!("{e:#}"))?;
+                let seen: Vec<String> = l
+                    .iter()
+                    .map(|o| {
+                        format!(
+                            "{} {}",
+                            o.metadata.name.clone().unwrap_or_default(),
+                            status_of(o)["bgpStatus"]
+                        )
+                    })
+                    .collect();
+                let ok =
+                    l.len() == 3 && l.iter().all(|o| status_of(o)["bgpStatus"] == "Established");
+                if ok { Ok(l) } else { Err(seen.join(", ")) }
+            },
+        )
+        .await?;
+        for n in ALL {
+            let node = format!("node-{n}");
+            let name = format!("{node}-router");
+            let o = sessions
+                .iter()
+                .find(|o| o.metadata.name.as_deref() == Some(&name))
+                .with_context(|| format!("no BGPSessionStatus {name}"))?;
+            let s = status_of(o);
+            ensure!(
+                label(o, "metallb.io/node") == node
+                    && label(o, "metallb.io/peer") == "router"
+                    && s["node"] == node.as_str()
+                    && s["peer"] == "router"
+                    && s["bfdStatus"] == "N/A"
+                    && s["lastTransitionTime"].is_string(),
+                "BGPSessionStatus {name}: labels {:?} status {s}",
+                o.metadata.labels
+            );
+        }
+
+        // ServiceBGPStatus: one per announcing node (Local: node-1 and node-3).
+        let svc = sl.service("web").local().endpoints(vec![
+            EndpointSpec::ready("node-1"),
+            EndpointSpec::ready("node-3"),
+        ]);
+        sl.create_service(svc, &[pool_ip(110)]).await?;
+        sl.wait_next_hops(&host(110), &[1, 3], ROUTE_WITHIN).await?;
+        let selector = format!("metallb.io/service-name=web,metallb.io/service-namespace={ns}");
+        let sbs = wait_until(
+            "a ServiceBGPStatus for web from node-1 and node-3",
+            Duration::from_secs(5),
+            || async {
+                let l = sl
+                    .list("ServiceBGPStatus", Some(&selector))
+                    .await
+                    .map_err(|e| format!("{e:#}"))?;
+                let nodes: BTreeSet<String> = l
+                    .iter()
+                    .map(|o| label(o, "metallb.io/node").to_owned())
+                    .collect();
+                let want: BTreeSet<String> = ["node-1".into(), "node-3".into()].into();
+                if nodes == want && l.len() == 2 {
+                    Ok(l)
+                } else {
+                    Err(format!("{} objects, nodes {nodes:?}", l.len()))
+                }
+            },
+        )
+        .await?;
+        for o in &sbs {
+            let node = label(o, "metallb.io/node").to_owned();
+            let s = status_of(o);
+            let owner = o.metadata.owner_references.clone().unwrap_or_default();
+            ensure!(
+                o.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("bgp-"))
+                    && o.metadata.generate_name.as_deref() == Some("bgp-")
+                    && s["node"] == node.as_str()
+                    && s["serviceName"] == "web"
+                    && s["serviceNamespace"] == ns.as_str()
+                    && s["peers"] == json!(["router"])
+                    && owner.len() == 1
+                    && owner[0].kind == "Pod"
+                    && owner[0].name == format!("speaker-{node}"),
+                "ServiceBGPStatus {:?}: generateName {:?} status {s} owners {owner:?}",
+                o.metadata.name,
+                o.metadata.generate_name
+            );
+        }
+
+        // What a user sees.
+        let out = lab
+            .kubectl_ok(
+                &[
+                    "get",
+                    "bgpsessionstatuses,servicebgpstatuses",
+                    "-n",
+                    &ns,
+                    "-o",
+                    "wide",
+                ],
+                None,
+            )
+            .await?;
+        eprintln!("$ kubectl get bgpsessionstatuses,servicebgpstatuses -n {ns} -o wide\n{out}");
+        for want in [
+            "node-1-router",
+            "node-2-router",
+            "node-3-router",
+            "Established",
+            "web",
+        ] {
+            ensure!(out.contains(want), "kubectl get shows no {want:?}:\n{out}");
+        }
+
+        // The endpoints move to node-2: its object appears, node-1's and node-3's go.
+        let svc_obj =
+            kube::Api::<k8s_openapi::api::core::v1::Service>::namespaced(lab.client.clone(), &ns)
+                .get("web")
+                .await?;
+        lab.set_endpoints(&svc_obj, &[EndpointSpec::ready("node-2")])
+            .await?;
+        sl.wait_next_hops(&host(110), &[2], ROUTE_WITHIN).await?;
+        wait_until(
+            "only node-2's ServiceBGPStatus for web",
+            Duration::from_secs(5),
+            || async {
+                let l = sl
+                    .list("ServiceBGPStatus", Some(&selector))
+                    .await
+                    .map_err(|e| format!("{e:#}"))?;
+                let nodes: Vec<&str> = l.iter().map(|o| label(o, "metallb.io/node")).collect();
+                if nodes == ["node-2"] {
+                    Ok(())
+                } else {
+                    Err(format!("{nodes:?}"))
+                }
+            },
+        )
+        .await?;
+
+        // The Service deleted: its objects go. The BGPPeer deleted: the sessions' go.
+        sl.delete_service("web").await?;
+        wait_until(
+            "no ServiceBGPStatus for web",
+            Duration::from_secs(5),
+            || async {
+                let l = sl
+                    .list("ServiceBGPStatus", Some(&selector))
+                    .await
+                    .map_err(|e| format!("{e:#}"))?;
+                if l.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("{} left", l.len()))
+                }
+            },
+        )
+        .await?;
+        sl.delete("BGPPeer", "router").await?;
+        wait_until(
+            "no BGPSessionStatus left",
+            Duration::from_secs(5),
+            || async {
+                let l = sl
+                    .list("BGPSessionStatus", None)
+                    .await
+                    .map_err(|e| format!("{e:#}"))?;
+                if l.is_empty() {
+                    Ok(())
+                } else {
+                    Err(l
+                        .iter()
+                        .map(|o| o.metadata.name.clone().unwrap_or_default())
+                        .collect::<Vec<_>>()
+                        .join(", "))
+                }
+            },
+        )
+        .await?;
+        anyhow::Ok(())
+    }
+    .await;
+    sl.finish(r).await
+}
