@@ -29,6 +29,7 @@ use anyhow::{Context, Result, bail, ensure};
 use e2e::{Lab, NodeNetwork};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
@@ -54,6 +55,8 @@ tools), MetalLB's controller and speaker as the anchor in the same run:
 const LAT_POOL: &str = "198.51.100.0/24";
 const BURST_POOL: &str = "198.18.0.0/22";
 const NODES: usize = 3;
+const SERVICE_CIDR: &str = "bench-bgp";
+const SERVICE_CIDR_RANGE: &str = "198.18.128.0/20";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -153,6 +156,27 @@ fn main() {
 async fn run() -> Result<()> {
     let lab = Lab::connect().await?;
     let opts = parse_opts(lab.repo())?;
+    // The lab's cluster IPs (203.0.113.128/25) hold 126 Services: an extra ServiceCIDR
+    // from the benchmark range for the run's 1,200 (API objects only: nothing routes
+    // or configures cluster IPs in the lab). Removed at the end.
+    let cidrs = Api::<ServiceCIDR>::all(lab.client.clone());
+    if cidrs.get_opt(SERVICE_CIDR).await?.is_none() {
+        cidrs
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": SERVICE_CIDR},
+                    "spec": {"cidrs": [SERVICE_CIDR_RANGE]},
+                }))?,
+            )
+            .await?;
+    }
+    let result = bench_all(&lab, &opts).await;
+    let _ = cidrs.delete(SERVICE_CIDR, &DeleteParams::default()).await;
+    result
+}
+
+async fn bench_all(lab: &Lab, opts: &Opts) -> Result<()> {
     let mut all = serde_json::Map::new();
     for &kind in &opts.kinds {
         let (controller, speaker) = match kind {
@@ -169,7 +193,7 @@ async fn run() -> Result<()> {
             ensure!(b.is_file(), "{} is missing", b.display());
         }
         eprintln!("bench-bgp: === {} ===", kind.name());
-        let figures = bench(&lab, kind, &controller, &speaker, &opts).await?;
+        let figures = bench(lab, kind, &controller, &speaker, opts).await?;
         println!(
             "FIGURES {} {}",
             kind.name(),
@@ -516,7 +540,25 @@ async fn bench(
     opts: &Opts,
 ) -> Result<Value> {
     let port = lab.api_port()?;
-    let net = tokio::task::block_in_place(|| lab.node_network(&LabOptions::default()))?;
+    // The test kit's lock (one network user at a time): with TESTKIT_LOCK_TIMEOUT=0 each
+    // attempt is one try, repeated here every 5 ms for up to 30 minutes.
+    let waiting = Instant::now();
+    let net = loop {
+        match tokio::task::block_in_place(|| lab.node_network(&LabOptions::default())) {
+            Ok(n) => break n,
+            Err(e)
+                if format!("{e:#}").contains("is still held")
+                    && waiting.elapsed() < Duration::from_secs(1800) =>
+            {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    eprintln!(
+        "bench-bgp: network up after {:.1} s waiting for the test kit's lock",
+        waiting.elapsed().as_secs_f64()
+    );
     let client_proxy = ApiProxy::start(net.net.client(), port, port)?;
     let suffix = e2e::unique_suffix();
     let cfg_ns = format!("bench-{}-cfg-{suffix}", kind.name());
@@ -588,6 +630,19 @@ async fn bench(
     for sa in ["controller", "speaker"] {
         let _ = crbs
             .delete(&format!("bench:{cfg_ns}:{sa}"), &DeleteParams::default())
+            .await;
+    }
+    // The speaker Pods first, at once: no kubelet confirms a graceful delete.
+    let pods = Api::<Pod>::namespaced(lab.client.clone(), &cfg_ns);
+    for n in 1..=NODES {
+        let _ = pods
+            .delete(
+                &format!("speaker-{}", plan::node_name(n)),
+                &DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..Default::default()
+                },
+            )
             .await;
     }
     for ns in [&svc_ns, &cfg_ns] {
