@@ -80,6 +80,6 @@ pub use changes::{Batch, Changes, DEFAULT_KEY_BOUND};
 pub use endpoints::{Addresses, SliceIndex};
 pub use reflector::{Change, Health, Reflector, Stopped};
 pub use view::{
-    BGP_EXTRAS, Builder, ClusterView, Kind, config_map_signal, namespace_signal, node_signal,
-    service_key,
+    BGP_EXTRAS, Builder, ClusterView, Kind, config_map_signal, config_object_signal,
+    namespace_signal, node_signal, service_key,
 };

@@ -119,7 +119,9 @@ impl Builder {
         let c = &self.client;
         let wc = watcher::Config::default;
 
-        // Config kinds: any change is a change of the configuration.
+        // Config kinds: a change of the spec or the labels is a change of the
+        // configuration (a write of their status alone, e.g. a pool's counts,
+        // is not: it would make a daemon settle for nothing).
         fn config_kind<K>(api: Api<K>, changes: &Changes) -> Reflector<K>
         where
             K: kube::Resource<DynamicType = ()>
@@ -131,7 +133,11 @@ impl Builder {
                 + 'static,
         {
             let changes = changes.clone();
-            Reflector::new(api, watcher::Config::default(), move |_, _| changes.all())
+            Reflector::new(api, watcher::Config::default(), move |change, _| {
+                if config_object_signal(&change) {
+                    changes.all();
+                }
+            })
         }
 
         let pools = has(Kind::IPAddressPool)
@@ -275,6 +281,27 @@ pub fn node_signal(change: &Change<'_, Node>) -> (bool, bool) {
         ),
         Change::Applied { old: None, .. } | Change::Deleted(_) => (true, false),
         Change::Listed => (true, true),
+    }
+}
+
+/// Whether a change of a configuration object (metallb.io kinds, Secrets) is
+/// worth a configuration signal: creations, deletions and lists always; an
+/// update when its `metadata.generation` (the spec of a kind with a status
+/// subresource), its labels or its annotations changed, or, for kinds
+/// without a generation (Secrets), always.
+pub fn config_object_signal<K: kube::Resource>(change: &Change<'_, K>) -> bool {
+    match change {
+        Change::Applied {
+            old: Some(old),
+            new,
+        } => {
+            let (o, n) = (old.meta(), new.meta());
+            n.generation.is_none()
+                || o.generation != n.generation
+                || o.labels != n.labels
+                || o.annotations != n.annotations
+        }
+        _ => true,
     }
 }
 
@@ -549,6 +576,46 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn config_objects_signal_on_spec_and_label_changes_only() {
+        use config::api::v1beta1::{IPAddressPool, IPAddressPoolStatus};
+        let pool = |generation: i64, label: &str, assigned: i64| IPAddressPool {
+            metadata: ObjectMeta {
+                name: Some("a".into()),
+                generation: Some(generation),
+                labels: Some([("k".to_owned(), label.to_owned())].into()),
+                ..Default::default()
+            },
+            spec: Default::default(),
+            status: Some(IPAddressPoolStatus {
+                assigned_ipv4: assigned,
+                ..Default::default()
+            }),
+        };
+        let sig = |old: &IPAddressPool, new: &IPAddressPool| {
+            config_object_signal(&Change::Applied {
+                old: Some(old),
+                new,
+            })
+        };
+        let a = pool(1, "x", 0);
+        assert!(!sig(&a, &pool(1, "x", 5)), "a status write alone");
+        assert!(sig(&a, &pool(2, "x", 0)), "a spec change");
+        assert!(sig(&a, &pool(1, "y", 0)), "a label change");
+        assert!(config_object_signal(&Change::Applied {
+            old: None,
+            new: &a
+        }));
+        assert!(config_object_signal(&Change::Deleted(&a)));
+        assert!(config_object_signal::<IPAddressPool>(&Change::Listed));
+        // Secrets have no generation: every update counts.
+        let secret = Secret::default();
+        assert!(config_object_signal(&Change::Applied {
+            old: Some(&secret),
+            new: &secret,
+        }));
     }
 
     #[test]

@@ -230,7 +230,11 @@ async fn run(args: Args) -> Result<()> {
 
     // Its ConfigurationState `speaker-<node>`.
     let component = Component::Speaker { node: node.clone() };
-    let budget = WriteBudget::default();
+    // One request budget for every status writer of the process: controller-runtime's
+    // client default (20 requests/s, bursts of 30), which MetalLB's speaker runs with
+    // (a ServiceBGPStatus costs three requests to create; 5/s made a node with 1,200
+    // Services take 4 minutes to show them all, bench-bgp in BENCHMARKS.md).
+    let budget = WriteBudget::new(20.0, 30);
     let writer: StatusWriter<ConfigurationState> = StatusWriter::with_budget(
         WriterConfig::default(),
         Arc::new(SystemClock),

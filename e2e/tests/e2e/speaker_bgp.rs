@@ -403,6 +403,43 @@ spec: {{communities: ["64512:7"], nodeSelectors: [{{matchLabels: {{{rack}: b}}}}
     .await?;
     wait_paths(frr, &prefix, 3, Duration::from_secs(10)).await?;
 
+    // NetworkUnavailable=True on node-3: it withdraws; False again: it announces.
+    let condition = |status: &str| {
+        json!({"status": {"conditions": [{
+            "type": "NetworkUnavailable", "status": status, "reason": "e2e",
+            "message": "speaker_bgp test", "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }]}})
+        .to_string()
+    };
+    let patch_node = |status: &'static str| {
+        let body = condition(status);
+        async move {
+            lab.kubectl_ok(
+                &[
+                    "patch",
+                    "node",
+                    "node-3",
+                    "--subresource=status",
+                    "--type=strategic",
+                    "-p",
+                    &body,
+                ],
+                None,
+            )
+            .await
+        }
+    };
+    patch_node("True").await?;
+    let result = wait_paths(frr, &prefix, 2, Duration::from_secs(10)).await;
+    patch_node("False").await?;
+    ensure!(
+        result?
+            .iter()
+            .all(|(peer, _)| peer != &plan::node_v4(3).to_string()),
+        "node-3 still announces with NetworkUnavailable=True"
+    );
+    wait_paths(frr, &prefix, 3, Duration::from_secs(10)).await?;
+
     // BFD: node-1's cable is cut silently; its session goes down within the detection
     // time (3 x 100 ms, with margin) and the router withdraws its path.
     let cut = net.net.cut_cable("node-1")?;
