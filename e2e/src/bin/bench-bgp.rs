@@ -115,7 +115,10 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
             _ => bail!("unknown argument {a}\n{USAGE}"),
         }
     }
-    ensure!(burst <= 1000, "--burst at most 1000 (the burst pool is a /22)");
+    ensure!(
+        burst <= 1000,
+        "--burst at most 1000 (the burst pool is a /22)"
+    );
     ensure!(latency <= 250, "--latency at most 250 (the pool is a /24)");
     let ours_bin = ours_bin.unwrap_or_else(|| match std::env::var_os("CARGO_TARGET_DIR") {
         Some(t) => PathBuf::from(t).join("release"),
@@ -479,7 +482,10 @@ fn audit_writes(path: &Path, from: u64) -> Result<Vec<Write>> {
             })
             .unwrap_or_default();
         out.push(Write {
-            user: v["user"]["username"].as_str().unwrap_or_default().to_owned(),
+            user: v["user"]["username"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
             verb: v["verb"].as_str().unwrap_or_default().to_owned(),
             resource,
             name: o["name"].as_str().unwrap_or_default().to_owned(),
@@ -858,12 +864,8 @@ impl Bench<'_> {
                 .create(&PostParams::default(), &pod)
                 .await?;
         }
-        self.create_metallb(
-            "IPAddressPool",
-            "lat",
-            json!({"addresses": [LAT_POOL]}),
-        )
-        .await?;
+        self.create_metallb("IPAddressPool", "lat", json!({"addresses": [LAT_POOL]}))
+            .await?;
         self.create_metallb(
             "IPAddressPool",
             "burst",
@@ -1013,9 +1015,9 @@ impl Bench<'_> {
                 }
                 to_first.push((first - t0) as f64 / 1000.0);
                 to_all.push((all - t0) as f64 / 1000.0);
-                let created = writes.iter().find(|w| {
-                    w.name == *name && w.resource == "services" && w.verb == "create"
-                });
+                let created = writes
+                    .iter()
+                    .find(|w| w.name == *name && w.resource == "services" && w.verb == "create");
                 let status = writes.iter().find(|w| {
                     w.name == *name && w.user == cuser && w.resource == "services/status"
                 });
@@ -1036,8 +1038,7 @@ impl Bench<'_> {
                 let speaker_status = writes
                     .iter()
                     .filter(|w| {
-                        w.user == suser
-                            && w.labels.get("metallb.io/service-name") == Some(name)
+                        w.user == suser && w.labels.get("metallb.io/service-name") == Some(name)
                     })
                     .map(|w| w.done_us)
                     .min();
@@ -1141,7 +1142,10 @@ impl Bench<'_> {
             let stats_done: Vec<Value> = self
                 .speakers
                 .iter()
-                .map(|s| proc_stats(s.pid()).map(|(r, h, c)| json!({"rss_kb": r, "hwm_kb": h, "cpu_s": c})))
+                .map(|s| {
+                    proc_stats(s.pid())
+                        .map(|(r, h, c)| json!({"rss_kb": r, "hwm_kb": h, "cpu_s": c}))
+                })
                 .collect::<Result<_>>()?;
             tokio::time::sleep(Duration::from_secs(30)).await;
             let t_rest = now_us();
@@ -1212,7 +1216,10 @@ impl Bench<'_> {
                 if pfx == 0 {
                     break;
                 }
-                ensure!(Instant::now() < deadline, "routes left after the speakers stopped");
+                ensure!(
+                    Instant::now() < deadline,
+                    "routes left after the speakers stopped"
+                );
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             let before: Vec<BTreeMap<String, u64>> = self
@@ -1235,7 +1242,10 @@ impl Bench<'_> {
             let stats_conv: Vec<Value> = self
                 .speakers
                 .iter()
-                .map(|s| proc_stats(s.pid()).map(|(r, h, c)| json!({"rss_kb": r, "hwm_kb": h, "cpu_s": c})))
+                .map(|s| {
+                    proc_stats(s.pid())
+                        .map(|(r, h, c)| json!({"rss_kb": r, "hwm_kb": h, "cpu_s": c}))
+                })
                 .collect::<Result<_>>()?;
             let mut updates = serde_json::Map::new();
             let mut updates_total = 0;
@@ -1255,7 +1265,10 @@ impl Bench<'_> {
             let stats_rest: Vec<Value> = self
                 .speakers
                 .iter()
-                .map(|s| proc_stats(s.pid()).map(|(r, h, c)| json!({"rss_kb": r, "hwm_kb": h, "cpu_s": c})))
+                .map(|s| {
+                    proc_stats(s.pid())
+                        .map(|(r, h, c)| json!({"rss_kb": r, "hwm_kb": h, "cpu_s": c}))
+                })
                 .collect::<Result<_>>()?;
             let writes = audit_writes(&self.audit, audit_from)?;
             let (sc, sc_per) = count_writes(&writes, &suser, t0, t_conv);

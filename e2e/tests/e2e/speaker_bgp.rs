@@ -1,6 +1,6 @@
 //! The speaker in BGP mode, end to end: one speaker process per node namespace (as the
 //! DaemonSet's hostNetwork Pods), the lab's API server, real routers (FRR in `router`,
-//! BIRD in `router2`). A LoadBalancer Service's address reaches both routers from every
+//! BIRD or GoBGP in `router2`). A LoadBalancer Service's address reaches both routers from every
 //! node, with its communities; advertisement node selectors restrict; deleting the
 //! Service withdraws; a silent link cut takes the node's session down within BFD's
 //! detection time and the router withdraws, BGP stays down while BFD is down and comes
@@ -161,19 +161,36 @@ fn tail(s: &str, n: usize) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bgp_routes_reach_frr_and_bird_from_every_node_and_bfd_gates_them() -> Result<()> {
+    run(RouterKind::Bird).await
+}
+
+/// The same with GoBGP as the second router.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bgp_routes_reach_frr_and_gobgp_from_every_node_and_bfd_gates_them() -> Result<()> {
+    run(RouterKind::Gobgp).await
+}
+
+async fn run(router2: RouterKind) -> Result<()> {
     let lab = Lab::connect().await?;
     let setup = lab.speaker_setup("speaker-bgp").await?;
     let ns = setup.namespace().to_owned();
     let class = setup.lb_class.clone();
     // A label of this test on each node (rack a, b, a): Nodes are shared by the tests.
     let rack = format!("e2e.metallb-rs.io/{ns}");
+    // (`kubectl label`, not an apply: two tests applying with one field manager would
+    // remove each other's labels.)
+    e2e::speakers::ensure_nodes(&lab, plan::NODES).await?;
     for n in 1..=plan::NODES {
         let r = if n == 2 { "b" } else { "a" };
-        apply(
-            &lab,
-            &format!(
-                "apiVersion: v1\nkind: Node\nmetadata:\n  name: node-{n}\n  labels:\n    {rack}: {r}\n"
-            ),
+        lab.kubectl_ok(
+            &[
+                "label",
+                "--overwrite",
+                "node",
+                &format!("node-{n}"),
+                &format!("{rack}={r}"),
+            ],
+            None,
         )
         .await?;
     }
@@ -197,7 +214,7 @@ spec: {{myASN: {node_as}, peerASN: {router_as}, peerAddress: {router}, bfdProfil
 ---
 apiVersion: metallb.io/v1beta2
 kind: BGPPeer
-metadata: {{name: bird, namespace: {ns}}}
+metadata: {{name: router2, namespace: {ns}}}
 spec: {{myASN: {node_as}, peerASN: 64514, peerAddress: {router2}}}
 ---
 apiVersion: metallb.io/v1beta1
@@ -225,7 +242,7 @@ spec: {{communities: ["64512:7"]}}
     let node_peers: Vec<_> = (1..=plan::NODES)
         .map(|n| (std::net::IpAddr::from(plan::node_v4(n)), plan::NODE_AS))
         .collect();
-    let bird = net.net.start_router2(RouterKind::Bird, &node_peers, &[])?;
+    let bird = net.net.start_router2(router2, &node_peers, &[])?;
     let kubeconfig = setup
         .kubeconfig
         .to_str()
@@ -342,7 +359,7 @@ async fn scenario(
         );
     }
     wait_until(
-        "BIRD has the prefix from 3 nodes",
+        "router2 (BIRD or GoBGP) has the prefix from 3 nodes",
         Duration::from_secs(10),
         || async {
             let routes = bird.routes(Family::Ipv4).map_err(|e| e.to_string())?;
@@ -363,7 +380,7 @@ async fn scenario(
                 .await
                 .map_err(|e| e.to_string())?;
             let ok = objs.iter().filter(|o| {
-                o.data["status"]["peers"] == json!(["bird", "frr"])
+                o.data["status"]["peers"] == json!(["frr", "router2"])
                     && o.data["status"]["serviceName"] == "web"
             });
             if ok.count() == 3 {
@@ -558,10 +575,10 @@ spec: {{communities: ["64512:7"], nodeSelectors: [{{matchLabels: {{{rack}: b}}}}
     .await?;
     let _ = lab
         .metallb(&lab.client, ns, "BGPPeer")
-        .delete("bird", &DeleteParams::default())
+        .delete("router2", &DeleteParams::default())
         .await;
     wait_until(
-        "node-2's bird BGPSessionStatus deleted (the killed speakers' stay)",
+        "node-2's router2 BGPSessionStatus deleted (the killed speakers' stay)",
         Duration::from_secs(10),
         || async {
             let s = sessions(lab, ns).await.map_err(|e| e.to_string())?;
