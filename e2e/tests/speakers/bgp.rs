@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, ensure};
 use e2e::speakers::{
     RouterPath, SpeakerLab, SpeakerLabOptions, fib_next_hops, ibgp_peer_spec, netns_available,
-    paths, pool_ip, router_peer_spec, router_summary,
+    next_hops, paths, pool_ip, router_peer_spec, router_summary,
 };
 use e2e::{EndpointSpec, Lab, wait_until};
 use kube::api::DynamicObject;
@@ -616,6 +616,67 @@ async fn sigterm_sends_a_cease_and_the_router_withdraws_at_once() -> Result<()> 
             start.elapsed(),
             Duration::from_secs(3),
         )?;
+        anyhow::Ok(())
+    }
+    .await;
+    sl.finish(r).await
+}
+
+/// Graceful restart: the router keeps a SIGTERMed speaker's routes (stale) and the new
+/// speaker announces them again: the router never loses the path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_graceful_restart_keeps_the_route_until_the_new_speaker_is_back() -> Result<()>
+{
+    let Some((_lab, mut sl)) = start(SpeakerLabOptions::new("spk-gr")).await? else {
+        return Ok(());
+    };
+    let r = async {
+        sl.router.vtysh(&[
+            "configure terminal",
+            "router bgp 64512",
+            "bgp graceful-restart",
+            "bgp graceful-restart restart-time 60",
+        ])?;
+        let mut peer = router_peer_spec();
+        peer["enableGracefulRestart"] = json!(true);
+        sl.apply(
+            "IPAddressPool",
+            "pool",
+            json!({"addresses": ["198.51.100.0/24"]}),
+        )
+        .await?;
+        sl.apply("BGPPeer", "router", peer).await?;
+        sl.apply("BGPAdvertisement", "adv", json!({})).await?;
+        sl.router.vtysh(&["clear bgp *"])?;
+        sl.wait_sessions(&ALL, SESSIONS_WITHIN).await?;
+        let svc = sl
+            .service("web")
+            .endpoints(vec![EndpointSpec::ready("node-1")]);
+        sl.create_service(svc, &[pool_ip(110)]).await?;
+        sl.wait_next_hops(&host(110), &ALL, ROUTE_WITHIN).await?;
+        let gr = sl.router.vtysh(&["show bgp neighbors 192.0.2.13 json"])?;
+        ensure!(
+            gr.contains("gracefulRestart") || gr.contains("GracefulRestart"),
+            "graceful restart not negotiated with node-3: {gr}"
+        );
+        sl.stop_speaker(3, Duration::from_secs(5))?;
+        // The path from node-3 stays (stale) while its speaker is away.
+        let away = Instant::now();
+        while away.elapsed() < Duration::from_secs(3) {
+            let hops = next_hops(&sl.router, &host(110))?;
+            ensure!(
+                hops.len() == 3,
+                "{:?} after the SIGTERM the router has {hops:?}",
+                away.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        sl.start_speaker(3, &[]).await?;
+        sl.wait_sessions(&ALL, SESSIONS_WITHIN).await?;
+        // Back, re-announced (End-of-RIB): still three paths a while later.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let hops = next_hops(&sl.router, &host(110))?;
+        ensure!(hops.len() == 3, "after the restart the router has {hops:?}");
         anyhow::Ok(())
     }
     .await;
