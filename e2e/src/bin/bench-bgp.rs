@@ -290,7 +290,8 @@ impl Tail {
 }
 
 /// A prefix received by bgpd, from its `debug bgp updates in` log:
-/// `2026/11/26 20:40:01.123456 BGP: [XXXXX-XXXXX] 192.0.2.11 rcvd 198.51.100.1/32`.
+/// `2026/11/26 20:40:01.123456 BGP: [XXXXX-XXXXX] 192.0.2.11 rcvd 198.51.100.1/32`
+/// (`[XXXXX-XXXXX]` stands for FRR's message id; see the tests below).
 #[derive(Clone, Debug)]
 struct Rcvd {
     at_us: i64,
@@ -1300,5 +1301,29 @@ impl Bench<'_> {
         }
         controller.stop_with(Signal::TERM, Duration::from_secs(10))?;
         Ok(Value::Object(figures))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rcvd_lines_are_parsed_and_withdrawals_are_not() {
+        let r = parse_rcvd(
+            "2026/11/26 20:40:01.123456 BGP: [PXVXG-TFNNT] 192.0.2.11(node-1) rcvd 198.51.100.1/32 IPv4 unicast",
+        )
+        .unwrap();
+        assert_eq!(
+            (r.peer.as_str(), r.prefix.as_str()),
+            ("192.0.2.11", "198.51.100.1/32")
+        );
+        let later = parse_rcvd(
+            "2026/11/26 20:40:01.123789 BGP: [PXVXG-TFNNT] 192.0.2.11 rcvd 198.51.100.1/32",
+        )
+        .unwrap();
+        assert_eq!(later.at_us - r.at_us, 333);
+        assert!(parse_rcvd("2026/11/26 20:40:01.123456 BGP: [X] 192.0.2.11 rcvd UPDATE about 198.51.100.1/32 -- withdrawn").is_none());
+        assert!(parse_rcvd("2026/11/26 20:40:01.123456 BGP: [X] 192.0.2.11 rcvd UPDATE w/ attr: nexthop 192.0.2.11").is_none());
     }
 }
