@@ -41,12 +41,14 @@ pub trait StatusApi<K: StatusObject>: Send + Sync {
         desired: &Desired<K::Status>,
     ) -> impl Future<Output = Result<Observed<K::Status>, ApiError>> + Send;
 
-    /// Creates an object in `namespace` named by the server from
-    /// `generate_name`, with the labels and owner of `desired`, then writes
-    /// its status. Returns its key and the object the server answered with.
+    /// Creates an object in `namespace` named `name` or, when that name is
+    /// taken (or `None`), by the server from `generate_name`, with the labels
+    /// and owner of `desired` (one request), then writes its status. Returns
+    /// its key and the object the server answered with.
     fn create_generated(
         &self,
         namespace: &str,
+        name: Option<&str>,
         generate_name: &str,
         desired: &Desired<K::Status>,
     ) -> impl Future<Output = Result<(ObjectKey, Observed<K::Status>), ApiError>> + Send;
@@ -100,10 +102,11 @@ impl<K: StatusObject, A: StatusApi<K>> StatusApi<K> for std::sync::Arc<A> {
     fn create_generated(
         &self,
         namespace: &str,
+        name: Option<&str>,
         generate_name: &str,
         desired: &Desired<K::Status>,
     ) -> impl Future<Output = Result<(ObjectKey, Observed<K::Status>), ApiError>> + Send {
-        (**self).create_generated(namespace, generate_name, desired)
+        (**self).create_generated(namespace, name, generate_name, desired)
     }
 
     fn apply_status(

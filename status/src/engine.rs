@@ -119,6 +119,9 @@ struct Entry<S> {
     in_flight: bool,
     /// Label-keyed writers: the identity this object stands for.
     identity: Option<Labels>,
+    /// The newest `resourceVersion` seen of the object (observations and
+    /// write answers); older observations are stale and ignored.
+    resource_version: Option<u64>,
 }
 
 impl<S> Entry<S> {
@@ -133,6 +136,20 @@ impl<S> Entry<S> {
             pace: Pace::default(),
             in_flight: false,
             identity: None,
+            resource_version: None,
+        }
+    }
+
+    /// Whether an observation at `rv` is older than what is known (and must
+    /// be ignored); otherwise records it as the newest.
+    fn stale(&mut self, rv: Option<u64>) -> bool {
+        match (rv, self.resource_version) {
+            (Some(rv), Some(known)) if rv < known => true,
+            (Some(rv), _) => {
+                self.resource_version = Some(rv);
+                false
+            }
+            (None, _) => false,
         }
     }
 }
@@ -164,7 +181,9 @@ pub enum Action<S> {
         identity: Labels,
         /// Namespace.
         namespace: String,
-        /// `metadata.generateName`.
+        /// `metadata.name` when free ([`StatusObject::name`]).
+        name: Option<String>,
+        /// `metadata.generateName` otherwise.
         generate_name: String,
         /// Its status, labels (including `identity`) and owner.
         desired: Desired<S>,
@@ -443,6 +462,10 @@ impl<K: StatusObject> Engine<K> {
                 entry.meta = None;
             }
             Some(o) => {
+                if entry.stale(o.resource_version) {
+                    tracing::trace!(kind = K::KIND, object = %key, "stale observation ignored");
+                    return;
+                }
                 Self::record_seen(entry, Some(o.status));
                 entry.meta = Some(Meta {
                     labels: o.labels,
@@ -495,6 +518,10 @@ impl<K: StatusObject> Engine<K> {
             entry.identity = Some(id.clone());
             entry.want = Want::Keep(u.desired);
             entry.pace.succeeded();
+            // Our own create (or another object) seen while our create is
+            // in flight: nothing is written to it before that create's
+            // answer (which writes the status, or names an extra object).
+            entry.in_flight = u.in_flight;
             l.bound.insert(id, key.clone());
         } else if l
             .bound
@@ -748,6 +775,7 @@ impl<K: StatusObject> Engine<K> {
                     out.push(Action::CreateGenerated {
                         identity: id.clone(),
                         namespace: l.scope.namespace.clone(),
+                        name: K::name(id),
                         generate_name: K::generate_name(id),
                         desired: u.desired.clone(),
                     });
@@ -836,6 +864,9 @@ impl<K: StatusObject> Engine<K> {
         match outcome {
             Outcome::Fetched(object) => {
                 entry.pace.succeeded();
+                if let Some(o) = &object {
+                    entry.resource_version = o.resource_version.or(entry.resource_version);
+                }
                 Self::record_seen(entry, object.as_ref().map(|o| o.status.clone()));
                 entry.meta = object.map(|o| Meta {
                     labels: o.labels,
@@ -845,6 +876,8 @@ impl<K: StatusObject> Engine<K> {
             Outcome::Written { sent, returned } => {
                 entry.pace.succeeded();
                 entry.last_write = Some(now);
+                // A write's answer is the newest state there is.
+                entry.resource_version = returned.resource_version.or(entry.resource_version);
                 match action {
                     Action::ApplyMetadata(_, labels, owner) => {
                         Self::record_seen(entry, Some(returned.status));
@@ -963,6 +996,11 @@ impl<K: StatusObject> Engine<K> {
         let Some(l) = &mut self.labeled else {
             return;
         };
+        // An object adopted for `identity` while this create was in flight
+        // waited for it (see `classify`).
+        if let Some(e) = l.bound.get(identity).and_then(|k| self.entries.get_mut(k)) {
+            e.in_flight = false;
+        }
         match outcome {
             Outcome::Created {
                 key,
@@ -972,6 +1010,7 @@ impl<K: StatusObject> Engine<K> {
                 let wanted = l.unbound.remove(identity).map(|u| u.desired);
                 let bound_to = l.bound.get(identity).cloned();
                 let entry = self.entries.entry(key.clone()).or_insert_with(Entry::new);
+                entry.resource_version = returned.resource_version.or(entry.resource_version);
                 entry.seen = Seen::Present(returned.status);
                 entry.acked = Some(sent);
                 entry.meta = Some(Meta {

@@ -96,8 +96,11 @@ impl<K: StatusObject> KubeStatusApi<K> {
         metadata
     }
 
-    /// Server-side apply of labels and owner on the object `key` whose uid
-    /// is `uid` (never on another object of the same name).
+    /// Sets labels and owner on the object `key` whose uid is `uid` (never
+    /// on another object of the same name): a JSON merge patch, so the
+    /// labels are added to the object's others and the owner replaces every
+    /// earlier one (a restarted speaker's Pod replaces the old Pod, whoever
+    /// set it: a POST, an apply or another client).
     async fn apply_metadata_of(
         &self,
         key: &ObjectKey,
@@ -105,25 +108,61 @@ impl<K: StatusObject> KubeStatusApi<K> {
         labels: &Labels,
         owner: Option<&OwnerReference>,
     ) -> Result<Observed<K::Status>, ApiError> {
-        let mut metadata = Self::metadata(labels, owner);
-        metadata["name"] = json!(key.name);
-        metadata["namespace"] = json!(key.namespace);
+        let mut metadata = json!({ "labels": labels });
+        metadata["ownerReferences"] = json!(owner.map(|o| vec![o.clone()]).unwrap_or_default());
         if let Some(uid) = uid {
             metadata["uid"] = json!(uid);
         }
-        let patch = json!({
-            "apiVersion": K::api_version(&()),
-            "kind": K::kind(&()),
-            "metadata": metadata,
-        });
+        let patch = json!({ "metadata": metadata });
+        let params = PatchParams {
+            field_manager: Some(self.field_manager.clone()),
+            ..PatchParams::default()
+        };
         let obj = kube_edge::call(
             self.timeout,
-            || format!("applying {} metadata {key}", K::plural(&())),
+            || format!("writing {} metadata {key}", K::plural(&())),
             self.api(&key.namespace)
-                .patch(&key.name, &self.params(), &Patch::Apply(patch)),
+                .patch(&key.name, &params, &Patch::Merge(patch)),
         )
         .await?;
         Ok(Observed::from(&obj))
+    }
+
+    /// POSTs a new object named `name`, or by the server from
+    /// `generate_name`, with the labels and owner of `desired`.
+    async fn post(
+        &self,
+        namespace: &str,
+        name: Option<&str>,
+        generate_name: &str,
+        desired: &Desired<K::Status>,
+    ) -> Result<K, ApiError> {
+        let what = || match name {
+            Some(name) => format!("creating {} {namespace}/{name}", K::plural(&())),
+            None => format!("creating {} {namespace}/{generate_name}*", K::plural(&())),
+        };
+        let mut metadata = Self::metadata(&desired.labels, desired.owner.as_ref());
+        metadata["namespace"] = json!(namespace);
+        match name {
+            Some(name) => metadata["name"] = json!(name),
+            None => metadata["generateName"] = json!(generate_name),
+        }
+        let object: K = serde_json::from_value(json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "metadata": metadata,
+        }))
+        .map_err(|e| ApiError::new(what(), Class::Permanent, None, e.to_string()))?;
+        let params = PostParams {
+            field_manager: Some(self.field_manager.clone()),
+            ..PostParams::default()
+        };
+        kube_edge::call(
+            self.timeout,
+            what,
+            self.api(namespace).create(&params, &object),
+        )
+        .await
     }
 
     async fn write_status(
@@ -210,39 +249,32 @@ impl<K: StatusObject> StatusApi<K> for KubeStatusApi<K> {
     async fn create_generated(
         &self,
         namespace: &str,
+        name: Option<&str>,
         generate_name: &str,
         desired: &Desired<K::Status>,
     ) -> Result<(ObjectKey, Observed<K::Status>), ApiError> {
-        // The POST sets only what identifies the object (its labels): the
-        // owner is applied next, by server-side apply, so that a later apply
-        // of another owner replaces it (fields set by a POST belong to
-        // another field manager entry, which an apply does not remove).
-        let what = || format!("creating {} {namespace}/{generate_name}*", K::plural(&()));
-        let object: K = serde_json::from_value(json!({
-            "apiVersion": K::api_version(&()),
-            "kind": K::kind(&()),
-            "metadata": {
-                "generateName": generate_name,
-                "namespace": namespace,
-                "labels": desired.labels,
+        // One POST with the labels and the owner, then the status: two
+        // writes per new object. A later owner replaces the whole
+        // `ownerReferences` list ([`KubeStatusApi::apply_metadata_of`]).
+        let created = match name {
+            Some(name) => match self
+                .post(namespace, Some(name), generate_name, desired)
+                .await
+            {
+                // Taken by an object of another identity: a generated name.
+                Err(e) if e.class == Class::Conflict => {
+                    tracing::debug!(
+                        kind = K::KIND,
+                        object = %format!("{namespace}/{name}"),
+                        "name taken by another object; creating with generateName"
+                    );
+                    self.post(namespace, None, generate_name, desired).await?
+                }
+                other => other?,
             },
-        }))
-        .map_err(|e| ApiError::new(what(), Class::Permanent, None, e.to_string()))?;
-        let params = PostParams {
-            field_manager: Some(self.field_manager.clone()),
-            ..PostParams::default()
+            None => self.post(namespace, None, generate_name, desired).await?,
         };
-        let created = kube_edge::call(
-            self.timeout,
-            what,
-            self.api(namespace).create(&params, &object),
-        )
-        .await?;
         let key = ObjectKey::of(&created);
-        if desired.owner.is_some() {
-            self.apply_metadata_of(&key, created.uid(), &desired.labels, desired.owner.as_ref())
-                .await?;
-        }
         let returned = self.write_status(&key, &desired.status).await?;
         Ok((key, returned))
     }

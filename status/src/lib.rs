@@ -34,7 +34,10 @@
 //! `ServiceL2Status`, `ServiceBGPStatus` and `BGPSessionStatus`) identify
 //! objects by labels within a [`LabelScope`] (`metallb.io/node=<node>`):
 //! they list the scope at start and adopt existing objects, create missing
-//! ones with `generateName` ([`StatusObject::generate_name`]), delete
+//! ones (one POST with labels and owner, then the status) named
+//! [`StatusObject::name`] when free, else with `generateName`
+//! ([`StatusObject::generate_name`]), ignore observations older than what
+//! they know (`resourceVersion`), delete
 //! duplicates, and delete objects nobody asked for once the caller says
 //! [`StatusWriter::initial_sync_done`]; [`StatusWriter::delete_others`]
 //! deletes other nodes' objects of a service.

@@ -56,6 +56,14 @@ pub trait StatusObject:
         format!("{}-", Self::KIND.to_ascii_lowercase())
     }
 
+    /// The name a new object identified by `identity` is created with when
+    /// no object of that name exists (`None`: the server names it from
+    /// [`StatusObject::generate_name`], which is also the fallback when the
+    /// name is taken by an object of another identity).
+    fn name(_identity: &Labels) -> Option<String> {
+        None
+    }
+
     /// Cuts fields of `status` to the lengths the CRD allows, so the API
     /// server does not reject the write forever. Called on every desired
     /// status handed in.
@@ -106,37 +114,59 @@ impl StatusObject for ServiceBGPStatus {
 impl StatusObject for BGPSessionStatus {
     const KIND: &'static str = "BGPSessionStatus";
 
-    /// `<node>-<peer>-` (from the labels `metallb.io/node` and
-    /// `metallb.io/peer`; the server cuts it to 58 characters and appends 5
-    /// random ones): readable, and never the name of another pair's object.
-    /// The identity is the labels: a writer adopts the existing object of a
-    /// (node, peer) whatever its name, so a name never changes while the
-    /// object lives, whatever other pairs appear.
+    /// `<node>-<peer>-` (see [`StatusObject::name`]; the server cuts it to
+    /// 58 characters and appends 5 random ones): used only when the
+    /// name `<node>-<peer>` is taken by another pair's object (node `a-b`
+    /// with peer `c` and node `a` with peer `b-c`) or too long.
     fn generate_name(identity: &Labels) -> String {
-        let part = |k: &str| {
-            identity
-                .get(k)
-                .map(|v| {
-                    v.chars()
-                        .map(|c| {
-                            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                                c.to_ascii_lowercase()
-                            } else {
-                                '-'
-                            }
-                        })
-                        .collect::<String>()
-                })
-                .unwrap_or_default()
-        };
-        let base = format!("{}-{}", part(LABEL_NODE), part(LABEL_PEER));
-        let base = base.trim_matches(['-', '.']);
+        let base = session_name(identity);
         if base.is_empty() {
             "bgpsession-".to_owned()
         } else {
             format!("{base}-")
         }
     }
+
+    /// `<node>-<peer>` (from the labels `metallb.io/node` and
+    /// `metallb.io/peer`, lowercased, characters a name cannot hold turned
+    /// into `-`): stable for the object's life and the same after a restart.
+    /// The identity is the labels: a writer adopts the existing object of a
+    /// (node, peer) whatever its name, so a name never changes while the
+    /// object lives, whatever other pairs appear.
+    fn name(identity: &Labels) -> Option<String> {
+        let name = session_name(identity);
+        (!name.is_empty() && name.len() <= MAX_NAME).then_some(name)
+    }
+}
+
+/// The longest object name (a DNS subdomain).
+const MAX_NAME: usize = 253;
+
+/// `<node>-<peer>` as a DNS subdomain, or empty.
+fn session_name(identity: &Labels) -> String {
+    let part = |k: &str| {
+        identity
+            .get(k)
+            .map(|v| {
+                v.chars()
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                            c.to_ascii_lowercase()
+                        } else {
+                            '-'
+                        }
+                    })
+                    .collect::<String>()
+            })
+            .unwrap_or_default()
+    };
+    let base = format!("{}-{}", part(LABEL_NODE), part(LABEL_PEER));
+    // Every dot-separated part of a subdomain starts and ends alphanumeric.
+    base.split('.')
+        .map(|l| l.trim_matches('-'))
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(".")
 }
 
 impl StatusObject for IPAddressPool {
@@ -180,6 +210,11 @@ pub struct Observed<S> {
     pub labels: Labels,
     /// `metadata.ownerReferences`.
     pub owners: Vec<OwnerReference>,
+    /// `metadata.resourceVersion` when it is a number (as etcd's revisions
+    /// are): an observation older than one already seen is stale and
+    /// ignored (e.g. the watch's event of a create arriving after the
+    /// answer of the status write that followed it).
+    pub resource_version: Option<u64>,
 }
 
 impl<S> Observed<S> {
@@ -189,6 +224,7 @@ impl<S> Observed<S> {
             status,
             labels: Labels::new(),
             owners: Vec::new(),
+            resource_version: None,
         }
     }
 }
@@ -199,6 +235,7 @@ impl<K: StatusObject> From<&K> for Observed<K::Status> {
             status: obj.status().cloned().unwrap_or_default(),
             labels: obj.labels().clone(),
             owners: obj.owner_references().to_vec(),
+            resource_version: obj.resource_version().and_then(|v| v.parse().ok()),
         }
     }
 }

@@ -26,6 +26,7 @@ impl<S: Clone> FakeObject<S> {
             status: self.status.clone(),
             labels: self.labels.clone(),
             owners: self.owner.iter().cloned().collect(),
+            resource_version: None,
         }
     }
 }
@@ -243,9 +244,17 @@ impl<K: StatusObject> StatusApi<K> for FakeApi<K::Status> {
     async fn create_generated(
         &self,
         namespace: &str,
+        name: Option<&str>,
         generate_name: &str,
         desired: &Desired<K::Status>,
     ) -> Result<(ObjectKey, Observed<K::Status>), ApiError> {
+        if let Some(name) = name {
+            let key = ObjectKey::new(namespace, name);
+            if !self.state().objects.contains_key(&key) {
+                let observed = StatusApi::<K>::create(self, &key, desired).await?;
+                return Ok((key, observed));
+            }
+        }
         let n = {
             let mut st = self.state();
             st.generated += 1;

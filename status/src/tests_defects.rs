@@ -318,6 +318,7 @@ async fn an_existing_object_gets_the_new_owner_and_labels_in_place() {
             status: status.clone(),
             labels: comp.labels(),
             owners: vec![pod("someone-else")],
+            resource_version: None,
         }),
     );
     h.settle().await;
@@ -524,6 +525,7 @@ async fn a_restarted_speaker_adopts_its_objects_prunes_the_rest_after_the_initia
             status: l2("node-1", "stray"),
             labels: l2_object("node-1", "stray", "x").labels,
             owners: vec![],
+            resource_version: None,
         }),
     );
     settle(&again, &api).await;
@@ -579,6 +581,7 @@ fn the_watch_event_of_our_own_create_is_not_a_duplicate() {
         status: desired.status.clone(),
         labels: desired.labels.clone(),
         owners: vec![],
+        resource_version: None,
     };
     e.observe_object(key("l2-x1"), Some(returned.clone()));
     e.complete(
@@ -593,6 +596,88 @@ fn the_watch_event_of_our_own_create_is_not_a_duplicate() {
     assert_eq!(e.poll(t + Duration::from_secs(5)), []);
     assert_eq!(e.labeled_key(&svc_labels("web")), Some(&key("l2-x1")));
     assert_eq!(e.pending(), 0);
+}
+
+/// The watch's event of the writer's own POST (no status yet) ahead of the
+/// create's answer: the adopted object gets no write of its own while the
+/// create (which writes the status next) is in flight; if that create then
+/// fails, the object is written like any other. Seen in the lab: two status
+/// patches of a new object 1 ms apart.
+#[test]
+fn an_object_adopted_while_our_create_is_in_flight_waits_for_it() {
+    let mut e = Engine::<ServiceL2Status>::labeled(exact(), LabelScope::node(NS, "node-1"));
+    let t = std::time::Instant::now();
+    e.initial_sync_done();
+    let list = e.poll(t);
+    e.complete(&list[0], Outcome::Listed(Vec::new()), t);
+    e.set_labeled(svc_labels("web"), Desired::new(l2("node-1", "web")));
+    let create = e.poll(t);
+    let [Action::CreateGenerated { desired, .. }] = &create[..] else {
+        panic!("{create:?}")
+    };
+    let posted = Observed {
+        status: Default::default(),
+        labels: desired.labels.clone(),
+        owners: vec![],
+        resource_version: Some(10),
+    };
+    e.observe_object(key("l2-x1"), Some(posted));
+    assert_eq!(e.labeled_key(&svc_labels("web")), Some(&key("l2-x1")));
+    assert_eq!(e.poll(t), [], "no write while the create is in flight");
+    // The create's status write fails (e.g. a timeout): the object is
+    // written on its own after the backoff.
+    e.complete(&create[0], Outcome::Failed(Class::Timeout), t);
+    let later = e.poll(t + Duration::from_secs(60));
+    assert!(
+        matches!(&later[..], [Action::Apply(k, _)] if *k == key("l2-x1")),
+        "{later:?}"
+    );
+}
+
+/// The watch's event of the writer's own create (labels, owner, no status
+/// yet) arriving after the answer of the status write that followed it is
+/// stale (older resourceVersion): no second status write. Seen in the lab:
+/// every new object's status was written twice.
+#[test]
+fn a_stale_watch_event_after_our_create_writes_nothing() {
+    let mut e = Engine::<ServiceL2Status>::labeled(exact(), LabelScope::node(NS, "node-1"));
+    let t = std::time::Instant::now();
+    e.initial_sync_done();
+    let list = e.poll(t);
+    e.complete(&list[0], Outcome::Listed(Vec::new()), t);
+    e.set_labeled(svc_labels("web"), Desired::new(l2("node-1", "web")));
+    let create = e.poll(t);
+    let [Action::CreateGenerated { desired, .. }] = &create[..] else {
+        panic!("{create:?}")
+    };
+    let at = |rv: u64, status| Observed {
+        status,
+        labels: desired.labels.clone(),
+        owners: vec![],
+        resource_version: Some(rv),
+    };
+    e.complete(
+        &create[0],
+        Outcome::Created {
+            key: key("l2-x1"),
+            sent: desired.status.clone(),
+            returned: at(11, desired.status.clone()),
+        },
+        t,
+    );
+    // The POST's event: resourceVersion 10, an empty status.
+    e.observe_object(key("l2-x1"), Some(at(10, Default::default())));
+    assert_eq!(e.poll(t + Duration::from_secs(5)), []);
+    // The status write's own event: nothing to do either.
+    e.observe_object(key("l2-x1"), Some(at(11, desired.status.clone())));
+    assert_eq!(e.poll(t + Duration::from_secs(5)), []);
+    // Someone else clears the status later (newer): written back.
+    e.observe_object(key("l2-x1"), Some(at(12, Default::default())));
+    let again = e.poll(t + Duration::from_secs(10));
+    assert!(
+        matches!(&again[..], [Action::Apply(k, _)] if *k == key("l2-x1")),
+        "{again:?}"
+    );
 }
 
 /// A speaker starting with thousands of Services must not flood the API
@@ -656,36 +741,71 @@ async fn pending_and_failed_gauges_per_kind() {
     );
 }
 
-/// BGPSessionStatus: one object per (node, peer) identified by its labels;
-/// its name never changes when other pairs appear (`node a-b` + `peer c`
-/// and `node a` + `peer b-c` both read `a-b-c`).
+/// BGPSessionStatus: one object per (node, peer) identified by its labels,
+/// named `<node>-<peer>`; its name never changes when other pairs appear, and
+/// a pair whose name is taken by another pair (`node a-b` + `peer c` and
+/// `node a` + `peer b-c` both read `a-b-c`) gets a generated one.
 #[tokio::test]
-async fn bgp_session_names_are_per_pair_and_never_change() {
+async fn bgp_session_names_are_node_dash_peer_and_never_change() {
     let clock = Arc::new(FakeClock::new());
     let api = FakeApi::new();
-    let writer: StatusWriter<BGPSessionStatus> = StatusWriter::labeled(
-        exact(),
-        LabelScope::node(NS, "a-b"),
-        clock.clone(),
-        Metrics::unregistered(),
-        WriteBudget::unlimited(),
-    );
+    let writer = |node: &str| -> StatusWriter<BGPSessionStatus> {
+        StatusWriter::labeled(
+            exact(),
+            LabelScope::node(NS, node),
+            clock.clone(),
+            Metrics::unregistered(),
+            WriteBudget::unlimited(),
+        )
+    };
+    let ab = writer("a-b");
     let peer = |p: &str| Labels::from([(LABEL_PEER.to_owned(), p.to_owned())]);
-    writer.set_labeled(peer("c"), Desired::new(Default::default()));
-    settle(&writer, &api).await;
-    let first = writer.labeled_key(&peer("c")).unwrap();
-    assert!(first.name.starts_with("a-b-c-"), "{first}");
-    writer.set_labeled(peer("d"), Desired::new(Default::default()));
-    settle(&writer, &api).await;
-    assert_eq!(writer.labeled_key(&peer("c")), Some(first.clone()));
+    ab.set_labeled(peer("c"), Desired::new(Default::default()));
+    settle(&ab, &api).await;
+    let first = ab.labeled_key(&peer("c")).unwrap();
+    assert_eq!(first.name, "a-b-c");
+    ab.set_labeled(peer("d"), Desired::new(Default::default()));
+    settle(&ab, &api).await;
+    assert_eq!(ab.labeled_key(&peer("c")), Some(first.clone()));
+    assert_eq!(ab.labeled_key(&peer("d")).unwrap().name, "a-b-d");
+
+    // Node `a`, peer `b-c`: `a-b-c` is taken by the other pair's object.
+    let a = writer("a");
+    a.set_labeled(peer("b-c"), Desired::new(Default::default()));
+    settle(&a, &api).await;
+    let other = a.labeled_key(&peer("b-c")).unwrap();
+    assert!(other.name.starts_with("a-b-c-"), "{other}");
+    assert_eq!(ab.labeled_key(&peer("c")), Some(first.clone()));
     let names: BTreeSet<String> = api.objects().into_keys().map(|k| k.name).collect();
-    assert_eq!(names.len(), 2);
-    let id = Labels::from([
-        (LABEL_NODE.to_owned(), "Node_1".to_owned()),
-        (LABEL_PEER.to_owned(), "2001:db8::1".to_owned()),
-    ]);
-    assert_eq!(BGPSessionStatus::generate_name(&id), "node-1-2001-db8--1-");
-    assert_eq!(ServiceBGPStatus::generate_name(&id), "bgp-");
+    assert_eq!(names.len(), 3, "{names:?}");
+
+    let id = |node: &str, peer: &str| {
+        Labels::from([
+            (LABEL_NODE.to_owned(), node.to_owned()),
+            (LABEL_PEER.to_owned(), peer.to_owned()),
+        ])
+    };
+    let ipv6 = id("Node_1", "2001:db8::1");
+    assert_eq!(
+        BGPSessionStatus::name(&ipv6).as_deref(),
+        Some("node-1-2001-db8--1")
+    );
+    assert_eq!(
+        BGPSessionStatus::generate_name(&ipv6),
+        "node-1-2001-db8--1-"
+    );
+    // Dotted names stay valid subdomains (each part alphanumeric at both ends).
+    assert_eq!(
+        BGPSessionStatus::name(&id("-n1.example.", "peer-.x")).as_deref(),
+        Some("n1.example.peer.x")
+    );
+    // Too long for a name: the server names it.
+    assert_eq!(
+        BGPSessionStatus::name(&id(&"n".repeat(200), &"p".repeat(60))),
+        None
+    );
+    assert_eq!(ServiceBGPStatus::name(&ipv6), None);
+    assert_eq!(ServiceBGPStatus::generate_name(&ipv6), "bgp-");
     // Failures of a create back off like any other request.
     assert_eq!(Class::of_code(503), Class::Transient);
 }

@@ -460,11 +460,12 @@ impl<K: StatusObject> StatusWriter<K> {
             },
             Action::CreateGenerated {
                 namespace,
+                name,
                 generate_name,
                 desired,
                 ..
             } => match api
-                .create_generated(namespace, generate_name, desired)
+                .create_generated(namespace, name.as_deref(), generate_name, desired)
                 .await
             {
                 Ok((key, returned)) => {
@@ -598,6 +599,11 @@ fn target<S>(action: &Action<S>) -> String {
             "{namespace}/ ({})",
             crate::object::selector_string(selector)
         ),
+        Action::CreateGenerated {
+            namespace,
+            name: Some(name),
+            ..
+        } => format!("{namespace}/{name}"),
         Action::CreateGenerated {
             namespace,
             generate_name,

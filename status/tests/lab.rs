@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use config::api::v1beta1::{
-    ConfigurationResult, ConfigurationState, ConfigurationStateStatus, InterfaceInfo,
-    MetalLBServiceL2Status, ServiceL2Status,
+    BGPSessionStatus, BGPSessionStatusStatus, ConfigurationResult, ConfigurationState,
+    ConfigurationStateStatus, InterfaceInfo, MetalLBServiceL2Status, ServiceL2Status,
 };
-use config::api::{LABEL_NODE, LABEL_SERVICE_NAME, LABEL_SERVICE_NAMESPACE};
+use config::api::{LABEL_NODE, LABEL_PEER, LABEL_SERVICE_NAME, LABEL_SERVICE_NAMESPACE};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -334,7 +334,9 @@ async fn service_l2_status_by_labels_adopted_after_a_restart_pruned_and_reowned_
     let old_pod = stand_in_owner(&client, &format!("{node}-old")).await?;
     let new_pod = stand_in_owner(&client, &format!("{node}-new")).await?;
 
-    // First speaker: three services, created with generateName `l2-`.
+    // First speaker: three services, created with generateName `l2-`, each
+    // in two writes (a POST with labels and owner, the status).
+    let mark = audit(&["--mark"])?;
     let (writer, running) = start_l2_writer(&client, &node);
     for svc in ["web", "api", "stray"] {
         writer.set_labeled(l2_identity(svc), l2_desired(&node, svc, &old_pod));
@@ -356,6 +358,25 @@ async fn service_l2_status_by_labels_adopted_after_a_restart_pruned_and_reowned_
         assert_eq!(o.labels()[LABEL_SERVICE_NAMESPACE], "demo");
         assert_eq!(o.owner_references(), std::slice::from_ref(&old_pod));
     }
+    while writer.pending() > 0 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let writes = wait_for("six audited writes", async || {
+        let n = audit(&[
+            "--since",
+            &mark,
+            "--resource",
+            "servicel2statuses",
+            "--total",
+        ])?;
+        Ok((n == "6").then_some(n))
+    })
+    .await;
+    assert!(
+        writes.is_ok(),
+        "writes creating 3 objects: {}",
+        audit(&["--since", &mark, "--resource", "servicel2statuses"])?
+    );
     let uid_of = |list: &[ServiceL2Status], svc: &str| {
         list.iter()
             .find(|o| o.labels()[LABEL_SERVICE_NAME] == svc)
@@ -429,5 +450,144 @@ async fn service_l2_status_by_labels_adopted_after_a_restart_pruned_and_reowned_
     for pod in [old_pod, new_pod] {
         let _ = cms.delete(&pod.name, &DeleteParams::default()).await;
     }
+    Ok(())
+}
+
+/// BGPSessionStatus objects are named `<node>-<peer>` (a pair whose name is
+/// taken by another pair's object gets a generated one), keep their name
+/// across a restart of the writer, and cost two writes each to create.
+#[tokio::test]
+async fn bgp_session_status_named_node_dash_peer_and_kept_across_a_restart() -> Result<()> {
+    let client = lab_client().await?;
+    let pid = std::process::id();
+    // Node `<n>-x` with peer `y` and node `<n>` with peer `x-y` both read
+    // `<n>-x-y`.
+    let node_a = format!("status-lab-sess-{pid}-x");
+    let node_b = format!("status-lab-sess-{pid}");
+    let api: Api<BGPSessionStatus> = Api::namespaced(client.clone(), NS);
+    for node in [&node_a, &node_b] {
+        api.delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels(&format!("{LABEL_NODE}={node}")),
+        )
+        .await?;
+    }
+    let start = |node: &str| {
+        let writer: StatusWriter<BGPSessionStatus> = StatusWriter::labeled(
+            WriterConfig::default(),
+            LabelScope::node(NS, node),
+            Arc::new(SystemClock),
+            Metrics::unregistered(),
+            WriteBudget::default(),
+        );
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let runner = tokio::spawn({
+            let writer = writer.clone();
+            let kapi =
+                KubeStatusApi::<BGPSessionStatus>::new(client.clone(), FIELD_MANAGER_SPEAKER);
+            async move {
+                writer
+                    .run(kapi, async {
+                        let _ = stop_rx.await;
+                    })
+                    .await
+            }
+        });
+        let watch = tokio::spawn(watch_into(
+            writer.clone(),
+            Api::namespaced(client.clone(), NS),
+            watcher::Config::default().labels(&format!("{LABEL_NODE}={node}")),
+        ));
+        (
+            writer,
+            Running {
+                stop,
+                runner,
+                watch,
+            },
+        )
+    };
+    let peer = |p: &str| Labels::from([(LABEL_PEER.to_owned(), p.to_owned())]);
+    let desired = |node: &str, p: &str| {
+        Desired::new(BGPSessionStatusStatus {
+            node: node.into(),
+            peer: p.into(),
+            bgp_status: "Established".into(),
+            bfd_status: "N/A".into(),
+            ..BGPSessionStatusStatus::default()
+        })
+    };
+    let settled = async |writer: &StatusWriter<BGPSessionStatus>| {
+        while writer.pending() > 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+
+    let mark = audit(&["--mark"])?;
+    let (a, running_a) = start(&node_a);
+    a.set_labeled(peer("y"), desired(&node_a, "y"));
+    a.initial_sync_done();
+    wait_for("created", async || Ok(a.labeled_key(&peer("y")))).await?;
+    settled(&a).await;
+    let key_a = a.labeled_key(&peer("y")).context("created")?;
+    assert_eq!(key_a.name, format!("{node_a}-y"));
+    let (b, running_b) = start(&node_b);
+    b.set_labeled(peer("x-y"), desired(&node_b, "x-y"));
+    b.initial_sync_done();
+    wait_for("created", async || Ok(b.labeled_key(&peer("x-y")))).await?;
+    settled(&b).await;
+    let key_b = b.labeled_key(&peer("x-y")).context("created")?;
+    assert!(
+        key_b.name.starts_with(&format!("{node_a}-y-")),
+        "{key_b}: a generated name after the taken one"
+    );
+    let obj = api.get(&key_a.name).await?;
+    assert_eq!(obj.labels()[LABEL_PEER], "y");
+    assert_eq!(obj.status.context("status")?.bgp_status, "Established");
+    // Writes: a's POST and status; b's refused POST, its POST and status.
+    let writes = wait_for("five audited writes", async || {
+        let n = audit(&[
+            "--since",
+            &mark,
+            "--resource",
+            "bgpsessionstatuses",
+            "--total",
+        ])?;
+        Ok((n == "5").then_some(n))
+    })
+    .await;
+    assert!(
+        writes.is_ok(),
+        "{}",
+        audit(&["--since", &mark, "--resource", "bgpsessionstatuses"])?
+    );
+    running_a.stop().await?;
+
+    // A restart keeps the object and its name, with no write.
+    let mark = audit(&["--mark"])?;
+    let (a, running) = start(&node_a);
+    a.set_labeled(peer("y"), desired(&node_a, "y"));
+    a.initial_sync_done();
+    wait_for("adopted", async || Ok(a.labeled_key(&peer("y")))).await?;
+    settled(&a).await;
+    assert_eq!(a.labeled_key(&peer("y")), Some(key_a.clone()));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        audit(&[
+            "--since",
+            &mark,
+            "--resource",
+            "bgpsessionstatuses",
+            "--total"
+        ])?,
+        "0"
+    );
+
+    for (w, p) in [(&a, "y"), (&b, "x-y")] {
+        w.remove_labeled(peer(p));
+        settled(w).await;
+    }
+    running.stop().await?;
+    running_b.stop().await?;
     Ok(())
 }

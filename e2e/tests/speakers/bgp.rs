@@ -683,17 +683,11 @@ async fn sigterm_with_graceful_restart_keeps_the_route_until_the_new_speaker_is_
     sl.finish(r).await
 }
 
-/// A BGPSessionStatus name for (node, peer): `<node>-<peer>` as issue 14 writes it, or
-/// `<node>-<peer>-` plus the API server's 5 random characters (the status writer's
-/// `generateName`, stable for the object's life: status/src/object.rs).
+/// A BGPSessionStatus name for (node, peer): `<node>-<peer>` (status/src/object.rs;
+/// a generated name only when another pair's object holds that name, which the lab's
+/// names never cause).
 fn session_name_ok(name: &str, node: &str, peer: &str) -> bool {
-    let base = format!("{node}-{peer}");
-    name == base
-        || name.strip_prefix(&format!("{base}-")).is_some_and(|r| {
-            r.len() == 5
-                && r.chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-        })
+    name == format!("{node}-{peer}")
 }
 
 fn status_of(o: &DynamicObject) -> &Value {
@@ -754,9 +748,7 @@ async fn status_objects_show_every_session_and_which_node_announces_which_servic
             let name = o.metadata.name.clone().unwrap_or_default();
             ensure!(
                 session_name_ok(&name, &node, "router"),
-                "BGPSessionStatus of ({node}, router) is named {name:?}: want \"{node}-router\" \
-                 (issue 14), or the status writer's readable generateName form \
-                 \"{node}-router-xxxxx\""
+                "BGPSessionStatus of ({node}, router) is named {name:?}: want \"{node}-router\""
             );
             let s = status_of(o);
             ensure!(
