@@ -86,6 +86,9 @@ pub struct SpeakerLabOptions {
     pub speaker_args: Vec<String>,
     /// Start the speakers (default); without, [`SpeakerLab::start_speaker`] does it.
     pub start_speakers: bool,
+    /// Metrics over HTTPS on the node's address with TokenReview/SubjectAccessReview
+    /// (as deployed) instead of plain HTTP on 127.0.0.1: [`NodeSpeaker::scrape_https`].
+    pub metrics_https: bool,
 }
 
 impl SpeakerLabOptions {
@@ -97,7 +100,13 @@ impl SpeakerLabOptions {
             ibgp_router: false,
             speaker_args: Vec::new(),
             start_speakers: true,
+            metrics_https: false,
         }
+    }
+
+    pub fn metrics_https(mut self) -> Self {
+        self.metrics_https = true;
+        self
     }
 
     pub fn bfd(mut self, profile: BfdProfile) -> Self {
@@ -149,6 +158,35 @@ impl NodeSpeaker {
     /// Its `/metrics` (plain HTTP), from inside its namespace.
     pub async fn metrics(&self) -> Result<String> {
         http_get_in(&self.netns, SPEAKER_METRICS_PORT, "/metrics").await
+    }
+
+    /// `(HTTP status, body)` of `GET https://<node address>:<metrics port>/metrics`
+    /// from inside its namespace, with `token` as the bearer token (speakers started
+    /// with [`SpeakerLabOptions::metrics_https`]; the certificate is the speaker's
+    /// self-signed one, hence `-k`).
+    pub async fn scrape_https(&self, token: Option<&str>) -> Result<(u16, String)> {
+        let mut cmd = tokio::process::Command::new("ip");
+        cmd.args([
+            "netns",
+            "exec",
+            &self.netns,
+            "curl",
+            "-sk",
+            "--max-time",
+            "10",
+        ])
+        .args(["-w", "\n%{http_code}"]);
+        if let Some(t) = token {
+            cmd.arg("-H").arg(format!("Authorization: Bearer {t}"));
+        }
+        cmd.arg(format!(
+            "https://{}:{SPEAKER_METRICS_PORT}/metrics",
+            plan::node_v4(self.n)
+        ));
+        let out = cmd.output().await.context("running curl")?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        Ok((code.trim().parse().unwrap_or(0), body.to_owned()))
     }
 }
 
@@ -295,6 +333,7 @@ impl SpeakerLab {
         let log = self.setup.dir.join(format!("speaker-{node}.log"));
         let health = SPEAKER_HEALTH_PORT.to_string();
         let metrics = SPEAKER_METRICS_PORT.to_string();
+        let node_v4 = plan::node_v4(n).to_string();
         let mut cmd = self.net.net.node(n).command(&self.setup.bin);
         cmd.args([
             "--log-format",
@@ -311,10 +350,18 @@ impl SpeakerLab {
             "127.0.0.1",
             "--port",
             &metrics,
-            "--metrics-bind-address",
-            "127.0.0.1",
-            "--metrics-insecure-http",
         ])
+        .args(if self.opts.metrics_https {
+            vec!["--metrics-bind-address".to_owned(), node_v4.clone()]
+        } else {
+            [
+                "--metrics-bind-address",
+                "127.0.0.1",
+                "--metrics-insecure-http",
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        })
         .args(extra)
         .env("KUBECONFIG", &self.setup.kubeconfig)
         .env("METALLB_NAMESPACE", self.setup.namespace())
