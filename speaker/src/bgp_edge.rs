@@ -3,6 +3,7 @@
 //! runtime's handle.
 
 use std::net::IpAddr;
+use std::time::Duration;
 
 use bgp::fsm::CeaseSubcode;
 use bgp::listener::Listeners;
@@ -181,27 +182,50 @@ impl BfdOps for RuntimeBfd {
                 .ok_or_else(|| format!("no interface holds the local address {local}"))?;
             bfd::SessionKey::single_hop(iface, local, remote)
         };
-        // The runtime answers from its own thread within microseconds; the
-        // worker thread is handed over meanwhile (multi-threaded runtime).
-        let (client, _status) = tokio::task::block_in_place(|| match vrf {
-            Some(v) => handle.acquire_in_vrf_blocking(key, spec.params, Some(v)),
-            None => handle.acquire_blocking(key, spec.params),
-        })
-        .map_err(|e| e.to_string())?;
+        let (client, _status) = within(
+            "acquiring a session",
+            handle.acquire_in_vrf(key, spec.params, vrf),
+        )?;
         Ok(client.0)
     }
 
     fn set_parameters(&mut self, client: BfdClient, spec: &BfdSpec) -> Result<(), String> {
         let handle = self.handle.as_ref().map_err(Clone::clone)?;
-        tokio::task::block_in_place(|| {
-            handle.set_parameters_blocking(bfd::ClientId(client), spec.params)
-        })
-        .map_err(|e| e.to_string())
+        within(
+            "changing a session's parameters",
+            handle.set_parameters(bfd::ClientId(client), spec.params),
+        )
     }
 
     fn release(&mut self, client: BfdClient) {
-        if let Ok(h) = &self.handle {
-            let _ = tokio::task::block_in_place(|| h.release_blocking(bfd::ClientId(client)));
+        if let Ok(h) = &self.handle
+            && let Err(e) = within("releasing a session", h.release(bfd::ClientId(client)))
+        {
+            tracing::warn!(error = %e, "BFD release failed");
         }
     }
+}
+
+/// How long a BFD runtime request may take: it answers from its own thread
+/// within microseconds; a runtime that does not answer in this time is stuck.
+pub const BFD_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Runs a request to the BFD runtime to its answer or [`BFD_REQUEST_TIMEOUT`],
+/// on the calling worker thread (handed over meanwhile: the speaker's
+/// decisions call [`BfdOps`] synchronously; multi-threaded runtime).
+fn within<T>(
+    what: &str,
+    request: impl std::future::Future<Output = Result<T, bfd::runtime::Error>>,
+) -> Result<T, String> {
+    tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current()
+            .block_on(async { tokio::time::timeout(BFD_REQUEST_TIMEOUT, request).await })
+    })
+    .map_err(|_| {
+        format!(
+            "the BFD runtime did not answer {what} within {} s",
+            BFD_REQUEST_TIMEOUT.as_secs()
+        )
+    })?
+    .map_err(|e| e.to_string())
 }
