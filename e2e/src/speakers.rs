@@ -34,6 +34,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use testkit::Family;
 use testkit::frr::{BfdProfile, Frr, FrrConfig, FrrNeighbor};
 use testkit::{LabOptions, NsChild, plan};
 
@@ -89,6 +90,9 @@ pub struct SpeakerLabOptions {
     /// Metrics over HTTPS on the node's address with TokenReview/SubjectAccessReview
     /// (as deployed) instead of plain HTTP on 127.0.0.1: [`NodeSpeaker::scrape_https`].
     pub metrics_https: bool,
+    /// IPv6 sessions too: the router (FRR, AS 64512) also peers with every node's
+    /// IPv6 address (2001:db8:0:1::1N) from 2001:db8:0:1::1, IPv6 unicast only, ECMP.
+    pub ipv6_peers: bool,
 }
 
 impl SpeakerLabOptions {
@@ -101,7 +105,13 @@ impl SpeakerLabOptions {
             speaker_args: Vec::new(),
             start_speakers: true,
             metrics_https: false,
+            ipv6_peers: false,
         }
+    }
+
+    pub fn ipv6_peers(mut self) -> Self {
+        self.ipv6_peers = true;
+        self
     }
 
     pub fn metrics_https(mut self) -> Self {
@@ -249,10 +259,20 @@ impl SpeakerLab {
                 nb = nb.bfd_profile(&p.name);
             }
             rc = rc.neighbor(nb);
+            if opts.ipv6_peers {
+                let mut nb = FrrNeighbor::new(plan::node_v6(n).into(), plan::NODE_AS)
+                    .timers(3, 9)
+                    .families(&[Family::Ipv6]);
+                if let Some(p) = &opts.bfd {
+                    nb = nb.bfd_profile(&p.name);
+                }
+                rc = rc.neighbor(nb);
+            }
         }
         // ECMP: one path per node in the FIB.
         let rc = rc.extra(
             "router bgp 64512\n address-family ipv4 unicast\n  maximum-paths 16\n \
+             exit-address-family\n address-family ipv6 unicast\n  maximum-paths 16\n \
              exit-address-family\nexit",
         );
         let router = Frr::start(net.net.router(), &rc)?;
@@ -787,6 +807,13 @@ fn strip_ansi(s: &str) -> String {
 pub fn router_peer_spec() -> Value {
     json!({"myASN": plan::NODE_AS, "peerASN": plan::ROUTER_AS,
            "peerAddress": plan::ROUTER_V4.to_string()})
+}
+
+/// `router6`'s BGPPeer spec: the router's IPv6 address 2001:db8:0:1::1, AS 64512, from
+/// the nodes' AS 64513 (with [`SpeakerLabOptions::ipv6_peers`]).
+pub fn router_v6_peer_spec() -> Value {
+    json!({"myASN": plan::NODE_AS, "peerASN": plan::ROUTER_AS,
+           "peerAddress": plan::ROUTER_V6.to_string()})
 }
 
 /// The iBGP router's BGPPeer spec: 192.0.2.2, AS 64513 on both sides.

@@ -8,4 +8,5 @@
 
 mod bgp;
 mod harness;
+mod ipv6;
 mod metrics;
