@@ -1,0 +1,17 @@
+//! Membership among speakers, without Kubernetes: SWIM (foca) for who is
+//! live, and a fast path for the owners of L2 IPs: a BFD heartbeat from the
+//! next candidate, loss confirmed through indirect probes, then takeover.
+//! See `README.md`.
+//!
+//! - [`wire`]: the datagram framing (kind byte, authentication and
+//!   encryption), foca's codec and the fast path's messages.
+//! - [`core`]: the Sans-IO state machine ([`Core`]).
+//! - [`identity`]: the member identity, [`NodeId`].
+
+pub mod core;
+pub mod identity;
+pub mod wire;
+
+pub use crate::core::{Config, Core, Counters, Event, Output};
+pub use crate::identity::NodeId;
+pub use crate::wire::{DEFAULT_PORT, Kind, SecretKey};
