@@ -16,6 +16,7 @@ use foca::{Foca, Member, NoCustomBroadcast, OwnedNotification, Runtime, State, T
 use rand::rngs::StdRng;
 use rand::seq::IteratorRandom;
 use rand::{RngExt, SeedableRng};
+use sha2::Digest;
 use tracing::{debug, info, warn};
 
 use crate::identity::NodeId;
@@ -106,6 +107,9 @@ pub enum Event {
     /// A watched owner's heartbeat stopped but a helper reached it: nothing
     /// moves.
     PathFault { node: String },
+    /// The heartbeat with a watched owner is Up: its loss will be detected
+    /// on the fast path.
+    HeartbeatUp { node: String },
     /// An owner declared down refuted (or rejoined) and is live again.
     OwnerBack { node: String },
     /// Self-fence: stop answering (true) or resume (false).
@@ -249,7 +253,14 @@ impl Core {
         let identity = NodeId::new(cfg.name.clone(), cfg.addr, cfg.generation);
         let mut rng = StdRng::seed_from_u64(seed);
         let foca_rng = StdRng::seed_from_u64(rng.random());
-        let nonce_prefix: [u8; 16] = rng.random();
+        // unique per identity even if two processes drew the same seed
+        let mut hash = sha2::Sha256::new();
+        hash.update(rng.random::<[u8; 16]>());
+        hash.update(cfg.name.as_bytes());
+        hash.update(cfg.generation.to_be_bytes());
+        let digest: [u8; 32] = hash.finalize().into();
+        let mut nonce_prefix = [0u8; 16];
+        nonce_prefix.copy_from_slice(&digest[..16]);
         let swim_size = cfg.cluster_size.max(1);
         let foca = Foca::new(
             identity,
@@ -308,6 +319,24 @@ impl Core {
             .iter_membership_state()
             .map(|m| (m.id().clone(), m.state(), m.incarnation()))
             .collect()
+    }
+
+    /// How many other members are Alive, Suspect and Down.
+    pub fn member_counts(&self) -> (usize, usize, usize) {
+        let mut counts = (0, 0, 0);
+        for member in self.foca.iter_membership_state() {
+            match member.state() {
+                State::Alive => counts.0 += 1,
+                State::Suspect => counts.1 += 1,
+                State::Down => counts.2 += 1,
+            }
+        }
+        counts
+    }
+
+    /// How many owners this node watches.
+    pub fn watched_count(&self) -> usize {
+        self.watched.len()
     }
 
     /// The heartbeat session with `peer` is Up.
@@ -384,7 +413,7 @@ impl Core {
         self.after_foca(result, now);
         let names: Vec<String> = self.sessions.keys().cloned().collect();
         for name in names {
-            self.drop_session(&name, now);
+            self.drop_session(&name, true, now);
         }
         self.watched.clear();
         self.confirmations.clear();
@@ -633,12 +662,17 @@ impl Core {
         self.session_actions(&name, actions, now);
     }
 
-    fn drop_session(&mut self, name: &str, now: u64) {
+    /// Ends a session; `notify`: the peer gets an AdminDown (not after a
+    /// detection timeout, when the peer may be alive behind a fault that
+    /// is about to heal: its session must not go down without a failure).
+    fn drop_session(&mut self, name: &str, notify: bool, now: u64) {
         if let Some(mut hb) = self.sessions.remove(name) {
             let actions = hb.session.shutdown(now);
             let peer = hb.peer.addr;
             for action in actions {
-                if let bfd::Action::SendControl(packet) = action {
+                if let bfd::Action::SendControl(packet) = action
+                    && notify
+                {
                     self.send_heartbeat(peer, hb.watching, packet);
                 }
             }
@@ -665,7 +699,7 @@ impl Core {
                 Some(m) => m.id() != &hb.peer,
             };
             if stale || (!hb.watching && !hb.watched_by_peer) {
-                self.drop_session(&name, now);
+                self.drop_session(&name, true, now);
             }
         }
         let watched: Vec<String> = self.watched.iter().cloned().collect();
@@ -702,8 +736,17 @@ impl Core {
         };
         let (watching, watched_by_peer, last_rx) = (hb.watching, hb.watched_by_peer, hb.last_rx_ns);
         debug!(peer = name, from = %change.from, to = %change.to, "heartbeat");
-        if change.client_action() != bfd::ClientAction::Down {
-            return;
+        match change.client_action() {
+            bfd::ClientAction::Down => {}
+            bfd::ClientAction::Up => {
+                if watching {
+                    self.outputs.push(Output::Event(Event::HeartbeatUp {
+                        node: name.to_string(),
+                    }));
+                }
+                return;
+            }
+            bfd::ClientAction::None => return,
         }
         if watching && !self.fast_down.contains_key(name) {
             self.start_confirmation(name, last_rx, now);
@@ -713,7 +756,7 @@ impl Core {
         }
         if !watching && !self.cfg.self_fence {
             // the peer that watched us is gone: nothing to keep
-            self.drop_session(name, now);
+            self.drop_session(name, false, now);
         }
     }
 
@@ -747,7 +790,7 @@ impl Core {
         match self.sessions.get(&from.name) {
             Some(hb) if hb.peer == *member.id() => {}
             Some(_) => {
-                self.drop_session(&from.name, now);
+                self.drop_session(&from.name, true, now);
                 self.new_session(member.id().clone(), self.watched.contains(&from.name), now);
             }
             None => {
@@ -785,7 +828,7 @@ impl Core {
             && !hb.watched_by_peer
             && hb.session.state() != bfd::State::Up
         {
-            self.drop_session(&from.name, now);
+            self.drop_session(&from.name, false, now);
         }
     }
 
@@ -871,17 +914,18 @@ impl Core {
         self.counters.owner_down += 1;
         self.fast_down
             .insert(owner.to_string(), (id.clone(), incarnation));
-        self.outputs.push(Output::Event(Event::OwnerDown {
-            node: owner.to_string(),
-            after_ns,
-        }));
         let suspect = Member::new(id, incarnation, State::Suspect);
         let result = self
             .foca
             .apply_many(std::iter::once(suspect), true, &mut self.runtime);
         // spread the suspicion now rather than at the next gossip tick
         let result = result.and_then(|()| self.foca.gossip(&mut self.runtime));
+        // the live set (without the owner) comes out before the event
         self.after_foca(result, now);
+        self.outputs.push(Output::Event(Event::OwnerDown {
+            node: owner.to_string(),
+            after_ns,
+        }));
     }
 
     fn on_probe_reply(&mut self, id: u64, target: &str, now: u64) {
@@ -1000,7 +1044,10 @@ impl Core {
                 target_addr,
                 ..
             } => {
-                if self.relays.len() >= MAX_RELAYS {
+                // only towards a member, at the address we know it by (no
+                // reflection to arbitrary addresses)
+                let known = self.member(&target).map(|m| m.id().addr);
+                if known != Some(target_addr) || self.relays.len() >= MAX_RELAYS {
                     return;
                 }
                 let ping_id: u64 = self.rng.random();
