@@ -62,6 +62,9 @@ pub struct Config {
     pub fence_recheck: Duration,
     /// Most heartbeat sessions kept (others' requests beyond are ignored).
     pub max_sessions: usize,
+    /// Full state exchange with one random member (memberlist's push-pull,
+    /// 30 s, scaled up above 32 members as memberlist does).
+    pub sync_interval: Duration,
 }
 
 impl Config {
@@ -81,6 +84,7 @@ impl Config {
             fence_window: Duration::from_millis(50),
             fence_recheck: Duration::from_secs(1),
             max_sessions: 1024,
+            sync_interval: Duration::from_secs(30),
         }
     }
 }
@@ -231,6 +235,7 @@ pub struct Core {
     fence_check: Option<FenceCheck>,
     fenced: bool,
     fence_next: Option<u64>,
+    sync_next: Option<u64>,
     live: BTreeSet<String>,
     left: bool,
     outputs: Vec<Output>,
@@ -288,6 +293,7 @@ impl Core {
             fence_check: None,
             fenced: false,
             fence_next: None,
+            sync_next: None,
             live,
             left: false,
             outputs: Vec::new(),
@@ -370,6 +376,7 @@ impl Core {
             relays,
             fence,
             self.fence_next,
+            self.sync_next,
         ]
         .into_iter()
         .flatten()
@@ -387,6 +394,64 @@ impl Core {
             }
             let result = self.foca.announce(NodeId::seed(*seed), &mut self.runtime);
             self.after_foca(result, now);
+            // and ask for the seed's whole state
+            self.send_state(*seed, true);
+        }
+        if self.sync_next.is_none() {
+            self.sync_next = Some(now.saturating_add(self.sync_interval_ns()));
+        }
+    }
+
+    /// memberlist's push-pull interval, scaled above 32 members.
+    fn sync_interval_ns(&self) -> u64 {
+        let n = self.foca.num_members() + 1;
+        let scale = if n <= 32 {
+            1
+        } else {
+            ((n as f64).log2() - 32f64.log2()).ceil() as u64 + 1
+        };
+        u64::try_from(self.cfg.sync_interval.as_nanos())
+            .unwrap_or(u64::MAX)
+            .saturating_mul(scale)
+    }
+
+    /// Sends our whole membership state (ourselves included) in as many
+    /// datagrams as it takes.
+    fn send_state(&mut self, to: SocketAddr, reply: bool) {
+        let own = Member::new(self.foca.identity().clone(), 0, State::Alive);
+        let all: Vec<Member<NodeId>> = std::iter::once(own)
+            .chain(self.foca.iter_membership_state().cloned())
+            .collect();
+        let from = self.sender();
+        let budget = MAX_BODY - crate::wire::SYNC_OVERHEAD;
+        let mut chunk = Vec::new();
+        let mut used = 0;
+        for member in all {
+            let len = crate::wire::member_len(&member);
+            if used + len > budget && !chunk.is_empty() {
+                let members = std::mem::take(&mut chunk);
+                self.send_control(
+                    to,
+                    &Control::Sync {
+                        from: from.clone(),
+                        reply,
+                        members,
+                    },
+                );
+                used = 0;
+            }
+            used += len;
+            chunk.push(member);
+        }
+        if !chunk.is_empty() {
+            self.send_control(
+                to,
+                &Control::Sync {
+                    from,
+                    reply,
+                    members: chunk,
+                },
+            );
         }
     }
 
@@ -523,6 +588,17 @@ impl Core {
             self.fence_next = None;
             self.fence_start(now);
         }
+        if self.sync_next.is_some_and(|at| at <= now) && !self.left {
+            let peer = self
+                .foca
+                .iter_members()
+                .map(|m| m.id().addr)
+                .choose(&mut self.rng);
+            if let Some(peer) = peer {
+                self.send_state(peer, true);
+            }
+            self.sync_next = Some(now.saturating_add(self.sync_interval_ns()));
+        }
     }
 
     // ---- foca plumbing ----
@@ -579,16 +655,21 @@ impl Core {
     }
 
     fn refresh_live(&mut self, _now: u64) {
-        let state: BTreeMap<String, (NodeId, State, u16)> = self
-            .foca
-            .iter_membership_state()
-            .map(|m| {
-                (
-                    m.id().name.clone(),
-                    (m.id().clone(), m.state(), m.incarnation()),
-                )
-            })
-            .collect();
+        // only owners declared down need foca's incarnations
+        let state: BTreeMap<String, (NodeId, State, u16)> = if self.fast_down.is_empty() {
+            BTreeMap::new()
+        } else {
+            self.foca
+                .iter_membership_state()
+                .filter(|m| self.fast_down.contains_key(&m.id().name))
+                .map(|m| {
+                    (
+                        m.id().name.clone(),
+                        (m.id().clone(), m.state(), m.incarnation()),
+                    )
+                })
+                .collect()
+        };
         let mut back = Vec::new();
         self.fast_down.retain(|name, (id, incarnation)| {
             match state.get(name) {
@@ -1087,6 +1168,15 @@ impl Core {
                     && check.ids.remove(&id)
                 {
                     check.acks.insert(from.name);
+                }
+            }
+            Control::Sync { reply, members, .. } => {
+                let result = self
+                    .foca
+                    .apply_many(members.into_iter(), true, &mut self.runtime);
+                self.after_foca(result, now);
+                if reply {
+                    self.send_state(from_addr, false);
                 }
             }
             Control::Leave { from } => {

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! 0      kind: 1 SWIM (foca), 2 heartbeat, 3 probe request, 4 probe reply,
-//!           5 ping, 6 ack, 7 leave
+//!           5 ping, 6 ack, 7 leave, 8 state sync
 //! 1      mode: 0 plain, 1 sealed (XChaCha20-Poly1305)
 //! sealed: 2..26 nonce, then the ciphertext of the body, then a 16-byte tag;
 //!         bytes 0..2 are the associated data
@@ -53,10 +53,11 @@ pub enum Kind {
     Ping = 5,
     Ack = 6,
     Leave = 7,
+    Sync = 8,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Swim,
         Kind::Heartbeat,
         Kind::ProbeRequest,
@@ -64,6 +65,7 @@ impl Kind {
         Kind::Ping,
         Kind::Ack,
         Kind::Leave,
+        Kind::Sync,
     ];
 
     pub fn from_byte(byte: u8) -> Option<Kind> {
@@ -80,6 +82,7 @@ impl Kind {
             Kind::Ping => "ping",
             Kind::Ack => "ack",
             Kind::Leave => "leave",
+            Kind::Sync => "sync",
         }
     }
 
@@ -101,14 +104,30 @@ impl std::fmt::Debug for SecretKey {
     }
 }
 
-/// The key file cannot be used.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+/// The key file cannot be used. Never carries the key.
+#[derive(Debug, Error)]
 pub enum KeyError {
     #[error("the membership secret key file is empty")]
     Empty,
+    #[error("failed to read memberlist secret key file {path}: {source}")]
+    Read {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
 }
 
+/// The file MetalLB reads in the `--ml-secret-key-path` directory.
+pub const KEY_FILE: &str = "secretkey";
+
 impl SecretKey {
+    /// The key from `<dir>/secretkey` (`--ml-secret-key-path`), as MetalLB
+    /// reads it: the file's bytes, unmodified.
+    pub fn read_dir(dir: &std::path::Path) -> Result<SecretKey, KeyError> {
+        let path = dir.join(KEY_FILE);
+        let secret = std::fs::read(&path).map_err(|source| KeyError::Read { path, source })?;
+        SecretKey::from_secret(&secret)
+    }
+
     /// The key for a secret: SHA-256 of a fixed context string followed by
     /// the file's bytes, as they are (MetalLB also uses them unmodified).
     pub fn from_secret(secret: &[u8]) -> Result<SecretKey, KeyError> {
@@ -563,6 +582,22 @@ pub enum Control {
     Leave {
         from: Sender,
     },
+    /// Part of the sender's full membership state (memberlist's push-pull:
+    /// gossip alone may never tell a member about every other in a large
+    /// join). `reply`: answer with your own state.
+    Sync {
+        from: Sender,
+        reply: bool,
+        members: Vec<Member<NodeId>>,
+    },
+}
+
+/// Bytes of a [`Control::Sync`] body besides its members, at most.
+pub const SYNC_OVERHEAD: usize = 1 + MAX_NAME_LEN + 8 + 1 + 2;
+
+/// Encoded length of a member in a [`Control::Sync`].
+pub fn member_len(member: &Member<NodeId>) -> usize {
+    node_len(member.id()) + 3
 }
 
 impl Control {
@@ -574,6 +609,7 @@ impl Control {
             Control::Ping { .. } => Kind::Ping,
             Control::Ack { .. } => Kind::Ack,
             Control::Leave { .. } => Kind::Leave,
+            Control::Sync { .. } => Kind::Sync,
         }
     }
 
@@ -584,7 +620,8 @@ impl Control {
             | Control::ProbeReply { from, .. }
             | Control::Ping { from, .. }
             | Control::Ack { from, .. }
-            | Control::Leave { from } => from,
+            | Control::Leave { from }
+            | Control::Sync { from, .. } => from,
         }
     }
 
@@ -621,6 +658,15 @@ impl Control {
             }
             Control::Ping { id, .. } | Control::Ack { id, .. } => buf.put_u64(*id),
             Control::Leave { .. } => {}
+            Control::Sync { reply, members, .. } => {
+                buf.put_u8(u8::from(*reply));
+                let count = u16::try_from(members.len()).map_err(|_| DecodeError::TooLarge)?;
+                buf.put_u16(count);
+                let mut codec = SwimCodec::new("");
+                for member in members {
+                    foca::Codec::encode_member(&mut codec, member, &mut buf)?;
+                }
+            }
         }
         Ok(buf)
     }
@@ -672,6 +718,29 @@ impl Control {
                 id: get_u64(&mut buf)?,
             },
             Kind::Leave => Control::Leave { from },
+            Kind::Sync => {
+                let reply = match get_u8(&mut buf)? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(DecodeError::Invalid("flags")),
+                };
+                let count = usize::from(get_u16(&mut buf)?);
+                // every member takes at least 20 bytes: no allocation
+                // beyond what the datagram can hold
+                if count > buf.len() / 20 {
+                    return Err(DecodeError::Truncated);
+                }
+                let mut codec = SwimCodec::new("");
+                let mut members = Vec::with_capacity(count);
+                for _ in 0..count {
+                    members.push(foca::Codec::decode_member(&mut codec, &mut buf)?);
+                }
+                Control::Sync {
+                    from,
+                    reply,
+                    members,
+                }
+            }
         };
         if !buf.is_empty() {
             return Err(DecodeError::Trailing);
@@ -736,7 +805,30 @@ mod tests {
         let key = SecretKey::from_secret(b"topsecretvalue").unwrap();
         let text = format!("{key:?} {:?}", Framer::new(Some(key.clone()), [0; 16]));
         assert!(!text.contains("topsecret"));
-        assert_eq!(SecretKey::from_secret(b"").unwrap_err(), KeyError::Empty);
+        assert!(matches!(
+            SecretKey::from_secret(b"").unwrap_err(),
+            KeyError::Empty
+        ));
+    }
+
+    #[test]
+    fn key_from_the_secret_directory() {
+        let dir = std::env::temp_dir().join(format!("membership-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(KEY_FILE), b"AAECAwQFBgcICQoLDA0ODw").unwrap();
+        let from_dir = SecretKey::read_dir(&dir).unwrap();
+        let mut sealer = Framer::new(Some(from_dir), [1; 16]);
+        let same = Framer::new(key(b"AAECAwQFBgcICQoLDA0ODw"), [2; 16]);
+        let datagram = sealer.seal(Kind::Ack, b"x").unwrap();
+        assert_eq!(same.open(&datagram).unwrap().1, b"x");
+        std::fs::remove_file(dir.join(KEY_FILE)).unwrap();
+        let error = SecretKey::read_dir(&dir).unwrap_err().to_string();
+        assert!(
+            error.starts_with("failed to read memberlist secret key file"),
+            "{error}"
+        );
+        assert!(!error.contains("AAECAwQF"));
+        std::fs::remove_dir(&dir).unwrap();
     }
 
     #[test]
@@ -773,6 +865,22 @@ mod tests {
                 id: 1,
             },
             Control::Leave { from: sender() },
+            Control::Sync {
+                from: sender(),
+                reply: true,
+                members: vec![
+                    Member::new(
+                        NodeId::new("node-c", "192.0.2.3:7946".parse().unwrap(), 1),
+                        3,
+                        State::Alive,
+                    ),
+                    Member::new(
+                        NodeId::new("node-d", "[2001:db8::4]:7946".parse().unwrap(), 2),
+                        0,
+                        State::Down,
+                    ),
+                ],
+            },
         ];
         for control in all {
             let body = control.encode().unwrap();

@@ -310,3 +310,10 @@ fn packets_per_second_per_node() {
     }
     assert!(all3 < 60.0 && all20 < 60.0);
 }
+
+#[test]
+fn packets_per_second_per_node_100() {
+    let (swim, hb, _) = packet_rates(100, 11);
+    assert!((18.0..=28.0).contains(&hb), "heartbeat {hb}");
+    assert!((1.0..=25.0).contains(&swim), "swim {swim}");
+}

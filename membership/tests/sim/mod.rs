@@ -102,7 +102,8 @@ impl Sim {
                 return;
             }
         }
-        panic!("cluster of {n} did not converge");
+        let sizes: Vec<usize> = self.nodes.iter().map(|n| n.core.live().len()).collect();
+        panic!("cluster of {n} did not converge: {sizes:?}");
     }
 
     pub fn watch(&mut self, watcher: usize, owners: &[usize]) {
