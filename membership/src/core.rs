@@ -62,6 +62,9 @@ pub struct Config {
     pub fence_recheck: Duration,
     /// Most heartbeat sessions kept (others' requests beyond are ignored).
     pub max_sessions: usize,
+    /// `--ml-wan-config`: foca's WAN timers (memberlist's WAN defaults)
+    /// instead of the LAN ones.
+    pub wan: bool,
     /// Full state exchange with one random member (memberlist's push-pull,
     /// 30 s, scaled up above 32 members as memberlist does).
     pub sync_interval: Duration,
@@ -85,15 +88,21 @@ impl Config {
             fence_recheck: Duration::from_secs(1),
             max_sessions: 1024,
             sync_interval: Duration::from_secs(30),
+            wan: false,
         }
     }
 }
 
 /// foca's LAN timers for `n` members (memberlist's LAN defaults: probe 1 s,
 /// RTT 500 ms, 3 indirect probes, suspicion 4 x max(1, log10 n) s, gossip
-/// 200 ms to 3), with packets sized for our framing.
-pub fn swim_config(n: u32) -> foca::Config {
-    let mut config = foca::Config::new_lan(NonZeroU32::new(n.max(1)).unwrap_or(NonZeroU32::MIN));
+/// 200 ms to 3), or its WAN ones, with packets sized for our framing.
+pub fn swim_config(n: u32, wan: bool) -> foca::Config {
+    let n = NonZeroU32::new(n.max(1)).unwrap_or(NonZeroU32::MIN);
+    let mut config = if wan {
+        foca::Config::new_wan(n)
+    } else {
+        foca::Config::new_lan(n)
+    };
     config.max_packet_size =
         std::num::NonZeroUsize::new(MAX_BODY).unwrap_or(config.max_packet_size);
     config
@@ -269,7 +278,7 @@ impl Core {
         let swim_size = cfg.cluster_size.max(1);
         let foca = Foca::new(
             identity,
-            swim_config(swim_size),
+            swim_config(swim_size, cfg.wan),
             foca_rng,
             SwimCodec::new(cfg.name.clone()),
         );
@@ -648,7 +657,7 @@ impl Core {
         let band = |n: u32| (f64::from(n).log10() * 4.0) as u32;
         if band(n) != band(self.swim_size) {
             self.swim_size = n;
-            if self.foca.set_config(swim_config(n)).is_err() {
+            if self.foca.set_config(swim_config(n, self.cfg.wan)).is_err() {
                 warn!("foca refused the resized configuration");
             }
         }

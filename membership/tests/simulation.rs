@@ -317,3 +317,26 @@ fn packets_per_second_per_node_100() {
     assert!((18.0..=28.0).contains(&hb), "heartbeat {hb}");
     assert!((1.0..=25.0).contains(&swim), "swim {swim}");
 }
+
+#[test]
+fn heartbeat_arms_within_a_few_seconds() {
+    let mut worst = 0;
+    for seed in 30..40 {
+        let mut sim = Sim::new(3, Some(SECRET), seed, |_| {});
+        sim.converge(30 * SEC);
+        let watched_at = sim.now;
+        sim.watch(1, &[0]);
+        sim.run_for(5 * SEC);
+        let (at, _) = sim
+            .first_event(
+                1,
+                watched_at,
+                |e| matches!(e, Event::HeartbeatUp { node } if *node == name(0)),
+            )
+            .expect("heartbeat up");
+        worst = worst.max(at - watched_at);
+    }
+    // BFD's 1 s slow rate until Up (RFC 5880 6.8.3): two or three packets
+    println!("heartbeat armed after at most {} ms", worst / MS);
+    assert!(worst <= 3 * SEC);
+}
