@@ -245,6 +245,8 @@ pub struct Core {
     fenced: bool,
     fence_next: Option<u64>,
     sync_next: Option<u64>,
+    /// Watched owners whose heartbeat is down behind a path fault.
+    path_faulty: BTreeSet<String>,
     live: BTreeSet<String>,
     left: bool,
     outputs: Vec<Output>,
@@ -303,6 +305,7 @@ impl Core {
             fenced: false,
             fence_next: None,
             sync_next: None,
+            path_faulty: BTreeSet::new(),
             live,
             left: false,
             outputs: Vec::new(),
@@ -769,6 +772,7 @@ impl Core {
         }
         self.confirmations.remove(name);
         self.reconfirm.remove(name);
+        self.path_faulty.remove(name);
     }
 
     /// Sessions follow the watched set and the membership: one per watched
@@ -829,6 +833,7 @@ impl Core {
         match change.client_action() {
             bfd::ClientAction::Down => {}
             bfd::ClientAction::Up => {
+                self.path_faulty.remove(name);
                 if watching {
                     self.outputs.push(Output::Event(Event::HeartbeatUp {
                         node: name.to_string(),
@@ -1026,14 +1031,17 @@ impl Core {
             return;
         }
         self.confirmations.remove(target);
-        self.counters.path_faults += 1;
-        warn!(
-            node = target,
-            "heartbeat lost but a helper reached the owner: path fault, nothing moves"
-        );
-        self.outputs.push(Output::Event(Event::PathFault {
-            node: target.to_string(),
-        }));
+        // reported once per loss of the heartbeat, not at every re-check
+        if self.path_faulty.insert(target.to_string()) {
+            self.counters.path_faults += 1;
+            warn!(
+                node = target,
+                "heartbeat lost but a helper reached the owner: path fault, nothing moves"
+            );
+            self.outputs.push(Output::Event(Event::PathFault {
+                node: target.to_string(),
+            }));
+        }
         let again = u64::try_from(self.cfg.reconfirm_interval.as_nanos()).unwrap_or(u64::MAX);
         self.reconfirm
             .insert(target.to_string(), now.saturating_add(again));

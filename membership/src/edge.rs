@@ -236,10 +236,11 @@ impl Task {
             tokio::select! {
                 biased;
                 done = &mut self.leave => {
-                    let now = self.now();
-                    self.core.leave(now);
-                    self.flush();
+                    // an error: the handle was dropped, stop silently
                     if let Ok(done) = done {
+                        let now = self.now();
+                        self.core.leave(now);
+                        self.flush();
                         let _ = done.send(());
                     }
                     return;

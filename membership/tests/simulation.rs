@@ -340,3 +340,50 @@ fn heartbeat_arms_within_a_few_seconds() {
     println!("heartbeat armed after at most {} ms", worst / MS);
     assert!(worst <= 3 * SEC);
 }
+
+#[test]
+fn replayed_heartbeats_are_refused() {
+    let mut sim = watched_cluster(3, 12);
+    sim.record = Some(Vec::new());
+    sim.run_for(500 * MS);
+    let recorded = sim.record.take().unwrap();
+    let (_, _, _, heartbeat) = recorded
+        .iter()
+        .find(|(from, to, kind, _)| *from == 0 && *to == 1 && *kind == Kind::Heartbeat)
+        .expect("a heartbeat from the owner")
+        .clone();
+    // the owner dies; an attacker replays its old heartbeats to the watcher
+    let killed_at = sim.now;
+    sim.kill(0);
+    for _ in 0..10 {
+        sim.inject(addr(0), 1, heartbeat.clone());
+        sim.run_for(50 * MS);
+    }
+    assert!(sim.nodes[1].core.counters().replays >= 10);
+    let (at, _) = sim
+        .first_event(1, killed_at, |e| owner_down(e, &name(0)))
+        .expect("declared down despite the replays");
+    assert!(at - killed_at <= 500 * MS);
+}
+
+#[test]
+fn a_path_fault_is_reported_once_per_loss() {
+    let mut sim = watched_cluster(3, 13);
+    let cut_at = sim.now;
+    sim.cut(0, 1);
+    sim.run_for(5 * SEC);
+    let faults = sim.nodes[1]
+        .events
+        .iter()
+        .filter(|(at, e)| *at >= cut_at && matches!(e, Event::PathFault { .. }))
+        .count();
+    assert_eq!(faults, 1);
+    assert_eq!(sim.nodes[1].core.counters().path_faults, 1);
+    // healed, then cut again: a second report
+    sim.heal();
+    sim.run_for(4 * SEC);
+    assert!(sim.nodes[1].core.heartbeat_up(&name(0)));
+    sim.cut(0, 1);
+    sim.run_for(2 * SEC);
+    assert_eq!(sim.nodes[1].core.counters().path_faults, 2);
+}

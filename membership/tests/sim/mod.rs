@@ -26,6 +26,9 @@ pub struct Node {
     pub events: Vec<(u64, Event)>,
 }
 
+/// A datagram sent: from, to, kind, bytes.
+pub type Recorded = (usize, usize, Kind, Vec<u8>);
+
 pub struct Sim {
     pub now: u64,
     pub nodes: Vec<Node>,
@@ -38,6 +41,8 @@ pub struct Sim {
     pub blocked: BTreeSet<(usize, usize)>,
     /// Datagrams sent per node and kind since the last reset.
     pub sent: Vec<BTreeMap<Kind, u64>>,
+    /// When set, every datagram sent.
+    pub record: Option<Vec<Recorded>>,
 }
 
 pub fn name(i: usize) -> String {
@@ -79,6 +84,7 @@ impl Sim {
             jitter: 100_000,
             blocked: BTreeSet::new(),
             sent: vec![BTreeMap::new(); n],
+            record: None,
         }
     }
 
@@ -163,6 +169,9 @@ impl Sim {
                     let Some(j) = self.index_of(to) else {
                         continue;
                     };
+                    if let Some(record) = &mut self.record {
+                        record.push((i, j, kind, datagram.clone()));
+                    }
                     if self.blocked.contains(&(i, j)) {
                         continue;
                     }
