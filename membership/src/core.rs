@@ -428,8 +428,10 @@ impl Core {
     }
 
     /// Sends our whole membership state (ourselves included) in as many
-    /// datagrams as it takes.
+    /// datagrams as it takes; only the first asks for a reply (one full
+    /// state back, not one per datagram).
     fn send_state(&mut self, to: SocketAddr, reply: bool) {
+        let mut reply = reply;
         let own = Member::new(self.foca.identity().clone(), 0, State::Alive);
         let all: Vec<Member<NodeId>> = std::iter::once(own)
             .chain(self.foca.iter_membership_state().cloned())
@@ -450,6 +452,7 @@ impl Core {
                         members,
                     },
                 );
+                reply = false;
                 used = 0;
             }
             used += len;
