@@ -101,7 +101,11 @@ fn path_fault_moves_nothing() {
     let mut sim = watched_cluster(3, 3);
     let cut_at = sim.now;
     sim.cut(0, 1);
-    sim.run_for(3 * SEC);
+    // both ends see the heartbeat down within 300 ms
+    sim.run_for(300 * MS);
+    assert!(!sim.nodes[1].core.heartbeat_up(&name(0)), "watcher side");
+    assert!(!sim.nodes[0].core.heartbeat_up(&name(1)), "owner side");
+    sim.run_for(2700 * MS);
     let fault = sim
         .first_event(
             1,
