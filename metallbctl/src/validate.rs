@@ -85,7 +85,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }))
 }
 
-fn add(loader: &mut Loader, path: &Path) -> Result<(), LoadError> {
+pub(crate) fn add(loader: &mut Loader, path: &Path) -> Result<(), LoadError> {
     if path.as_os_str() == "-" {
         loader.add_reader("<stdin>", io::stdin().lock())
     } else {

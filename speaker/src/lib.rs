@@ -16,6 +16,7 @@ pub mod bgp_edge;
 pub mod bgp_speaker;
 pub mod config_state;
 pub mod decide;
+pub mod explain;
 pub mod flags;
 pub mod metrics;
 pub mod node;
