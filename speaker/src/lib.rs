@@ -17,6 +17,8 @@ pub mod bgp_speaker;
 pub mod config_state;
 pub mod decide;
 pub mod flags;
+pub mod l2_edge;
+pub mod l2_speaker;
 pub mod metrics;
 pub mod node;
 pub mod node_config;
