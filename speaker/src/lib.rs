@@ -1,5 +1,6 @@
-//! metallb-rs speaker: decides what its node announces and (next) drives the `bgp`,
-//! `bfd` and `arp-ndp` crates.
+//! metallb-rs speaker: decides what its node announces and drives the `bgp`, `bfd`
+//! and `arp-ndp` crates (BGP: [`bgp_speaker`], [`bgp_edge`]; layer 2:
+//! [`decide::l2`], [`l2_speaker`], [`l2_edge`]; both under [`node`]).
 //!
 //! What exists so far is the configuration half, pure and shared with `metallbctl`
 //! later:

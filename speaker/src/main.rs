@@ -69,7 +69,7 @@ struct Args {
     /// The node's address (accepted; MetalLB does not use it either).
     #[arg(long, env = "METALLB_HOST", default_value = "")]
     host: String,
-    /// Memberlist bind address (no effect yet: L2 failover comes with the L2 mode).
+    /// Memberlist bind address (no effect yet: L2 liveness comes with the membership protocol).
     #[arg(long, env = "METALLB_ML_BIND_ADDR", default_value = "")]
     ml_bindaddr: String,
     /// Memberlist bind port (no effect yet).
