@@ -8,3 +8,4 @@
 
 mod bgp;
 mod harness;
+mod l2;
