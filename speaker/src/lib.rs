@@ -20,6 +20,7 @@ pub mod decide;
 pub mod flags;
 pub mod l2_edge;
 pub mod l2_speaker;
+pub mod liveness;
 pub mod metrics;
 pub mod node;
 pub mod node_config;

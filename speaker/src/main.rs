@@ -13,9 +13,9 @@
 //! the `arp-ndp` responder (started when the first L2Advertisement appears), claims per
 //! Service, `ServiceL2Status` objects, `announceFailed` / `nodeAssigned` events. The live
 //! speakers are "every known Node" (MetalLB with memberlist disabled) until the
-//! membership protocol feeds [`Liveness`].
+//! membership protocol feeds [`speaker::liveness`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,6 +42,7 @@ use speaker::config_state::Loaded;
 use speaker::decide::NodeFacts;
 use speaker::decide::bgp::Options;
 use speaker::l2_edge::EdgeL2;
+use speaker::liveness::Liveness;
 use speaker::node::{LoadOutcome, NodeSpeaker};
 use status::configuration_state::{self, Component};
 use status::{
@@ -587,31 +588,6 @@ async fn run(args: Args) -> Result<()> {
 }
 
 type Speaker = NodeSpeaker<BgpFactory, RuntimeBfd, EdgeL2>;
-
-/// The live speakers, as the loop sees them: the seam where the membership
-/// protocol plugs in. Its sender publishes the set of live node names
-/// (`None`: membership off, every known Node counts, MetalLB's "memberlist
-/// disabled"); the loop re-decides every Service when it changes.
-struct Liveness {
-    rx: watch::Receiver<Option<BTreeSet<String>>>,
-}
-
-impl Liveness {
-    /// Membership off: the set stays `None` (the sender is kept so the
-    /// loop never sees it closed).
-    fn memberlist_disabled() -> (watch::Sender<Option<BTreeSet<String>>>, Liveness) {
-        let (tx, rx) = watch::channel(None);
-        (tx, Liveness { rx })
-    }
-
-    /// The next set; pends forever once the sender is gone.
-    async fn changed(&mut self) -> Option<BTreeSet<String>> {
-        if self.rx.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-        self.rx.borrow_and_update().clone()
-    }
-}
 
 /// Every known Node's facts (the layer-2 candidates).
 fn node_facts(nodes: &Store<k8s_openapi::api::core::v1::Node>) -> BTreeMap<String, NodeFacts> {
