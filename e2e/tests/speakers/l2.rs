@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, ensure};
 use e2e::speakers::{SpeakerLab, SpeakerLabOptions, metric_value, netns_available, pool_ip};
 use e2e::{EndpointSpec, Lab, wait_until};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use testkit::plan;
 
@@ -157,7 +159,54 @@ async fn an_l2_address_is_answered_by_the_elected_node_and_moves_when_it_is_no_l
         sl.label_node(&node, &key, Some("yes")).await?;
     }
     let r = scenario(&mut sl, &key).await;
-    sl.finish(r).await
+    // The Nodes are the lab's: NetworkUnavailable goes back to False whatever happened.
+    let restore = network_unavailable(&sl, "node-1", false).await;
+    sl.finish(r.and(restore)).await
+}
+
+/// Sets Node `node`'s NetworkUnavailable condition (strategic merge: the other
+/// conditions stay).
+async fn network_unavailable(sl: &SpeakerLab, node: &str, on: bool) -> Result<()> {
+    let status = if on { "True" } else { "False" };
+    Api::<Node>::all(sl.lab.client.clone())
+        .patch_status(
+            node,
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"status": {"conditions": [{
+                "type": "NetworkUnavailable", "status": status, "reason": "E2E",
+                "message": "set by the l2 lab test",
+                "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
+        )
+        .await
+        .with_context(|| format!("setting NetworkUnavailable={status} on {node}"))?;
+    Ok(())
+}
+
+/// Waits for the `nodeAssigned` event of Service `web` naming `node` and layer2.
+async fn wait_node_assigned(sl: &SpeakerLab, node: &str) -> Result<()> {
+    let want = format!("announcing from node \"{node}\" with protocol \"layer2\"");
+    wait_until(&format!("event nodeAssigned: {want}"), WITHIN, || async {
+        let out = sl
+            .lab
+            .kubectl_ok(&["get", "events", "-n", sl.namespace(), "-o", "json"], None)
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+        let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+        let seen: Vec<String> = v["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["reason"] == "nodeAssigned" && e["involvedObject"]["name"] == "web")
+            .map(|e| e["message"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        if seen.contains(&want) {
+            Ok(())
+        } else {
+            Err(format!("{seen:?}"))
+        }
+    })
+    .await
 }
 
 async fn scenario(sl: &mut SpeakerLab, key: &str) -> Result<()> {
@@ -219,6 +268,23 @@ async fn scenario(sl: &mut SpeakerLab, key: &str) -> Result<()> {
     );
     let on = announced_on(sl, &ip_s).await?;
     ensure!(on == [owner.clone()], "announced metric set on {on:?}");
+    // MetalLB's counters on the owner (the arpings and the datagram asked it).
+    let body = sl.speaker(2).metrics().await?;
+    let asked = metric_value(
+        &body,
+        &format!("metallb_layer2_requests_received{{ip=\"{ip_s}\"}}"),
+    )
+    .unwrap_or(0.0);
+    let answered = metric_value(
+        &body,
+        &format!("metallb_layer2_responses_sent{{ip=\"{ip_s}\"}}"),
+    )
+    .unwrap_or(0.0);
+    ensure!(
+        asked >= 1.0 && answered >= 1.0,
+        "node-2 counted {asked} requests and {answered} responses for {ip_s}"
+    );
+    wait_node_assigned(sl, &owner).await?;
 
     // The owner is no longer selected: another node takes over, and its gratuitous ARP
     // moves the client's neighbour entry without the client asking.
@@ -255,6 +321,29 @@ async fn scenario(sl: &mut SpeakerLab, key: &str) -> Result<()> {
         }
     })
     .await?;
+    wait_node_assigned(sl, &next).await?;
+
+    // node-1's network is unavailable: node-3 (last in the order) takes over.
+    let moved = Instant::now();
+    network_unavailable(sl, "node-1", true).await?;
+    let third = wait_owner(sl, &ip_s, &macs, Some("node-1")).await?;
+    ensure!(
+        third == "node-3",
+        "the owner is {third}, MetalLB elects node-3"
+    );
+    eprintln!(
+        "TIMING l2 move node-1 -> node-3 (NetworkUnavailable) after {:?}",
+        moved.elapsed()
+    );
+    // Back: node-1 takes it back (the hash order, MetalLB's failback).
+    network_unavailable(sl, "node-1", false).await?;
+    let back = wait_owner(sl, &ip_s, &macs, Some("node-3")).await?;
+    ensure!(
+        back == "node-1",
+        "the owner is {back}, MetalLB elects node-1 again"
+    );
+    let next = back;
+
     // kubectl shows the owner.
     let out = sl
         .lab
