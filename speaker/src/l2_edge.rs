@@ -1,9 +1,9 @@
 //! The daemon's [`L2Ops`]: the `arp-ndp` Linux driver ([`arp_ndp::linux`]),
 //! started when the first L2Advertisement appears (it needs `CAP_NET_RAW`).
-//! Claims made before it runs (or while it cannot start) are kept and
-//! handed to it once it does.
+//! Until it runs, [`L2Ops::running`] says so and nothing is claimed (the
+//! daemon decides every Service again once it runs).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -39,7 +39,6 @@ pub fn parse_gratuitous_interval(s: &str) -> Result<Option<Duration>, String> {
 #[derive(Debug, Default)]
 pub struct EdgeL2 {
     handle: Option<L2Handle>,
-    claims: BTreeMap<(String, IpAddr), AllowedInterfaces>,
 }
 
 impl EdgeL2 {
@@ -53,19 +52,17 @@ impl EdgeL2 {
         self.handle.is_some()
     }
 
-    /// The driver runs: every claim so far goes to it.
+    /// The driver runs.
     pub fn set_handle(&mut self, handle: L2Handle) {
-        for ((owner, ip), allowed) in &self.claims {
-            if handle.claim(owner.clone(), *ip, allowed.clone()).is_err() {
-                tracing::error!("the layer-2 driver stopped");
-                break;
-            }
-        }
         self.handle = Some(handle);
     }
 }
 
 impl L2Ops for EdgeL2 {
+    fn running(&self) -> bool {
+        self.handle.is_some()
+    }
+
     fn interfaces(&self) -> BTreeSet<String> {
         self.handle
             .as_ref()
@@ -74,7 +71,6 @@ impl L2Ops for EdgeL2 {
     }
 
     fn claim(&mut self, owner: &str, ip: IpAddr, allowed: AllowedInterfaces) {
-        self.claims.insert((owner.to_owned(), ip), allowed.clone());
         if let Some(h) = &self.handle
             && h.claim(owner, ip, allowed).is_err()
         {
@@ -83,7 +79,6 @@ impl L2Ops for EdgeL2 {
     }
 
     fn release(&mut self, owner: &str, ip: IpAddr) {
-        self.claims.remove(&(owner.to_owned(), ip));
         if let Some(h) = &self.handle
             && h.release(owner, ip).is_err()
         {

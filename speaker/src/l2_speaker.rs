@@ -20,6 +20,12 @@ use crate::decide::l2::{Announcement, Interfaces};
 
 /// The responder as the driver sees it.
 pub trait L2Ops {
+    /// Whether the responder runs (claims made while it does not are not
+    /// announced: no status object, no `announceFailed`; the daemon decides
+    /// every Service again once it runs).
+    fn running(&self) -> bool {
+        true
+    }
     /// Names of the interfaces of the node that can announce now.
     fn interfaces(&self) -> BTreeSet<String>;
     /// `owner` wants `ip` answered on `allowed`.
@@ -34,6 +40,9 @@ pub trait L2Ops {
 pub struct NoL2;
 
 impl L2Ops for NoL2 {
+    fn running(&self) -> bool {
+        false
+    }
     fn interfaces(&self) -> BTreeSet<String> {
         BTreeSet::new()
     }
@@ -117,6 +126,7 @@ impl<O: L2Ops> L2Speaker<O> {
             }
             return change;
         };
+        let running = self.ops.running();
         let present = self.ops.interfaces();
         let before = self.held.remove(key);
         change.assigned = before.is_none();
@@ -132,7 +142,10 @@ impl<O: L2Ops> L2Speaker<O> {
         let mut claimed = BTreeMap::new();
         let mut failed = BTreeSet::new();
         for ip in &a.ips {
-            if usable {
+            if !running {
+                // Nothing answers: nothing claimed, nothing failed (said once
+                // where the responder fails to start).
+            } else if usable {
                 if h.claimed.get(ip) != Some(&allowed) {
                     self.ops.claim(key, *ip, allowed.clone());
                 }

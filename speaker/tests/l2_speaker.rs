@@ -429,3 +429,58 @@ fn closing_is_not_needed_without_bgp() {
     let c: Vec<Closing> = h.node.shutdown();
     assert!(c.is_empty());
 }
+
+/// A responder that is not running (no `CAP_NET_RAW`): nothing claimed, no status
+/// object, no `announceFailed`; the desired state (metric, event) still says so, and
+/// the claims come once it runs and the Service is decided again.
+#[derive(Clone, Default)]
+struct Stopped {
+    inner: FakeL2,
+    running: Arc<Mutex<bool>>,
+}
+
+impl L2Ops for Stopped {
+    fn running(&self) -> bool {
+        *self.running.lock().unwrap()
+    }
+    fn interfaces(&self) -> BTreeSet<String> {
+        self.inner.interfaces()
+    }
+    fn claim(&mut self, owner: &str, ip: IpAddr, allowed: AllowedInterfaces) {
+        self.inner.claim(owner, ip, allowed)
+    }
+    fn release(&mut self, owner: &str, ip: IpAddr) {
+        self.inner.release(owner, ip)
+    }
+}
+
+#[test]
+fn nothing_is_claimed_or_reported_while_the_responder_does_not_run() {
+    let (tx, _rx) = mpsc::channel(16);
+    let bgp = BgpSpeaker::new("node-1", NoSessions, NoBfd, tx);
+    let l2 = Stopped::default();
+    let mut node = NodeSpeaker::new(Options::default(), bgp).with_l2(l2.clone());
+    let facts = NodeFacts::of(&node_object("node-1"));
+    node.set_nodes(BTreeMap::from([("node-1".to_owned(), facts.clone())]));
+    node.load(parse(&config("eth9")), facts);
+    let web = svc("web", &["198.51.100.7"]);
+    node.service("default/web", Some(&web), &slices("web"));
+    assert_eq!(l2.inner.take_calls(), Vec::<String>::new());
+    let fx = node.take_effects();
+    assert!(fx.l2_status.is_empty() && fx.announce_failed.is_empty());
+    assert_eq!(fx.l2_node_assigned, ["default/web"]);
+    // It runs, with the interface: the next decision claims and reports.
+    *l2.running.lock().unwrap() = true;
+    l2.inner.0.lock().unwrap().interfaces.insert("eth9".into());
+    node.service("default/web", Some(&web), &slices("web"));
+    assert_eq!(
+        l2.inner.take_calls(),
+        ["claim default/web 198.51.100.7 {\"eth9\"}"]
+    );
+    let fx = node.take_effects();
+    assert_eq!(
+        fx.l2_status,
+        BTreeMap::from([("default/web".to_owned(), Some(vec!["eth9".to_owned()]))])
+    );
+    assert!(fx.l2_node_assigned.is_empty());
+}
