@@ -285,15 +285,25 @@ pub fn elect(
         nodes.retain(|n| serving.contains(*n));
     }
     let ip = config::gofmt::ip(ip);
-    let mut candidates: Vec<Candidate> = nodes
+    let mut keyed: Vec<(i64, [u8; 32], &str)> = nodes
         .into_iter()
-        .map(|n| Candidate {
-            node: n.to_owned(),
-            score: score(ads, n, cluster.nodes.get(n)),
-            hash: Sha256::digest(format!("{n}#{ip}").as_bytes()).into(),
+        .map(|n| {
+            let mut h = Sha256::new();
+            h.update(n.as_bytes());
+            h.update(b"#");
+            h.update(ip.as_bytes());
+            (score(ads, n, cluster.nodes.get(n)), h.finalize().into(), n)
         })
         .collect();
-    candidates.sort_by(|a, b| b.score.cmp(&a.score).then_with(|| a.hash.cmp(&b.hash)));
+    keyed.sort_unstable_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let candidates = keyed
+        .into_iter()
+        .map(|(score, hash, node)| Candidate {
+            node: node.to_owned(),
+            score,
+            hash,
+        })
+        .collect();
     Election { ip, candidates }
 }
 
