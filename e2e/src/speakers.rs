@@ -701,7 +701,12 @@ impl SpeakerLab {
                 Err(e) => s.push_str(&format!("--- speaker {} metrics: {e:#}\n", sp.node)),
             }
         }
-        for kind in ["BGPSessionStatus", "ServiceBGPStatus", "ConfigurationState"] {
+        for kind in [
+            "BGPSessionStatus",
+            "ServiceBGPStatus",
+            "ServiceL2Status",
+            "ConfigurationState",
+        ] {
             match self.list(kind, None).await {
                 Ok(l) => {
                     s.push_str(&format!("--- {kind} in {}:\n", self.namespace()));
@@ -777,6 +782,7 @@ fn ours_or_not_debug(line: &str) -> bool {
         "speaker",
         "bgp",
         "bfd",
+        "arp_ndp",
         "status",
         "cluster_view",
         "daemon",
