@@ -186,6 +186,9 @@ impl SpeakerLab {
                 "metadata": {"name": name, "labels": {"app": "metallb", "component": "speaker"}},
                 "spec": {
                     "nodeName": plan::node_name(n),
+                    // Deleted at once with the namespace: a graceful deletion of a Pod
+                    // on a node waits for a kubelet, and the lab has none.
+                    "terminationGracePeriodSeconds": 0,
                     "hostNetwork": true,
                     "serviceAccountName": "speaker",
                     "containers": [{"name": "speaker", "image": "metallb-rs/speaker:e2e"}],
