@@ -419,7 +419,8 @@ impl SpeakerLab {
         self.apply("BGPAdvertisement", "adv", adv_spec).await
     }
 
-    /// Creates `svc` (its class set to the speakers') with its EndpointSlices, and sets
+    /// Creates `svc` (its class set to the speakers') with its backend Pods (returning once
+    /// the lab's EndpointSlice controller's slices show them), and sets
     /// its `status.loadBalancer.ingress` to `ips` with the pool annotation, as the
     /// controller would (no controller runs: the addresses are the test's choice).
     pub async fn create_service(&self, svc: LbService, ips: &[IpAddr]) -> Result<Service> {

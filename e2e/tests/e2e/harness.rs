@@ -1,6 +1,6 @@
 //! The harness itself: LoadBalancer Services whose backends are Pods and whose
-//! EndpointSlices the lab's EndpointSlice controller makes, waits that report what they saw, and a loud failure when the lab is not
-//! up (or a kubeconfig is not the lab's).
+//! EndpointSlices the lab's EndpointSlice controller makes, waits that report what they
+//! saw, and a loud failure when the lab is not up (or a kubeconfig is not the lab's).
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
