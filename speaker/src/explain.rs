@@ -247,6 +247,11 @@ fn hint(
              endpoints (EndpointSlices) runs on node {}",
             node.name
         ),
+        Reason::SharedIpWithServiceSelector => format!(
+            "Service {key} shares its address (allow-shared-ip annotation) and an L2Advertisement \
+             of IPAddressPool {} has spec.serviceSelectors",
+            pool()
+        ),
         Reason::NoEndpoints => format!(
             "Service {key} has no serving endpoint with an address (its Pods are not ready, or \
              spec.selector matches none)"
