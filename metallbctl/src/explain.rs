@@ -124,8 +124,12 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
     }
     .context("writing the explanation")?;
+    let l2_announced = explanation
+        .l2
+        .as_ref()
+        .is_some_and(|l| l.nodes.iter().any(|n| n.announced));
     Ok(ExitCode::from(
-        if explanation.bgp.iter().any(|n| n.announced) {
+        if l2_announced || explanation.bgp.iter().any(|n| n.announced) {
             0
         } else {
             1
@@ -144,8 +148,19 @@ fn print_text(out: &mut impl Write, e: &Explanation) -> io::Result<()> {
             e.ips.join(", ")
         }
     )?;
-    writeln!(out, "BGP:")?;
-    let width = e.bgp.iter().map(|n| n.node.len()).max().unwrap_or(0);
+    if !e.bgp.is_empty() {
+        writeln!(out, "BGP:")?;
+    }
+    let width = e
+        .bgp
+        .iter()
+        .map(|n| n.node.len())
+        .chain(
+            e.l2.iter()
+                .flat_map(|l| l.nodes.iter().map(|n| n.node.len())),
+        )
+        .max()
+        .unwrap_or(0);
     for n in &e.bgp {
         if n.announced {
             writeln!(out, "  {:width$}  announces", n.node)?;
@@ -177,6 +192,50 @@ fn print_text(out: &mut impl Write, e: &Explanation) -> io::Result<()> {
         }
         if let Some(h) = &n.hint {
             writeln!(out, "  {:width$}    {h}", "")?;
+        }
+    }
+    if let Some(l2) = &e.l2 {
+        writeln!(out, "L2:")?;
+        match &l2.election {
+            Some(el) if !el.candidates.is_empty() => {
+                writeln!(
+                    out,
+                    "  election on {} (score descending, then sha256(node#ip) ascending):",
+                    el.ip
+                )?;
+                for (i, c) in el.candidates.iter().enumerate() {
+                    writeln!(
+                        out,
+                        "    {}. {:width$}  score {}  sha256 {}",
+                        i + 1,
+                        c.node,
+                        c.score,
+                        &speaker::decide::l2::to_hex(&c.hash)[..16]
+                    )?;
+                }
+            }
+            Some(_) => writeln!(out, "  election: no candidate")?,
+            None => {}
+        }
+        for n in &l2.nodes {
+            if n.announced {
+                let on = if n.interfaces.is_empty() {
+                    "every eligible interface".to_owned()
+                } else {
+                    n.interfaces.join(", ")
+                };
+                writeln!(out, "  {:width$}  answers on {on}", n.node)?;
+            } else {
+                writeln!(
+                    out,
+                    "  {:width$}  not announced: {}",
+                    n.node,
+                    n.reason.as_deref().unwrap_or_default()
+                )?;
+            }
+            if let Some(h) = &n.hint {
+                writeln!(out, "  {:width$}    {h}", "")?;
+            }
         }
     }
     if !e.warnings.is_empty() {

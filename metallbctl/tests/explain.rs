@@ -114,3 +114,50 @@ fn a_missing_service_and_missing_nodes_are_explained() {
     assert_ne!(out.status.code(), Some(0), "{t}");
     assert!(t.contains("no Node in the input"), "{t}");
 }
+
+/// Layer 2: the election order every speaker computes (checked here with sha2
+/// directly), the winner answering on the advertisement's interface, the others
+/// naming the winner; the worker is no candidate.
+#[test]
+fn layer2_shows_the_election_order_and_who_answers() {
+    use sha2::{Digest, Sha256};
+    let out = explain(&["demo/web", "-f", "../explain-l2", "-o", "json"], None);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect(&t);
+    let mut want = vec!["edge-1", "edge-2"];
+    want.sort_by_key(|n| Sha256::digest(format!("{n}#198.51.100.5")).to_vec());
+    let order: Vec<&str> = v["l2"]["election"]["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["node"].as_str().unwrap())
+        .collect();
+    assert_eq!(order, want, "{t}");
+    for n in v["l2"]["nodes"].as_array().unwrap() {
+        let node = n["node"].as_str().unwrap();
+        if node == want[0] {
+            assert_eq!(n["announced"], true, "{n}");
+            assert_eq!(n["interfaces"], serde_json::json!(["eth1"]));
+        } else if node == want[1] {
+            assert_eq!(n["reason"], "notOwner");
+            assert_eq!(
+                n["hint"],
+                format!("node {} wins the election and answers", want[0])
+            );
+        } else {
+            assert_eq!(n["reason"], "noMatchingAdvertisement", "{n}");
+        }
+    }
+    // The text form lists the order with scores.
+    let out = explain(&["demo/web", "-f", "../explain-l2"], None);
+    let t = text(&out);
+    assert!(
+        t.starts_with(&format!(
+            "Service demo/web: 198.51.100.5\nL2:\n  election on 198.51.100.5 (score descending, \
+             then sha256(node#ip) ascending):\n    1. {:8}  score 0  sha256 ",
+            want[0]
+        )),
+        "{t}"
+    );
+}

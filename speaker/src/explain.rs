@@ -5,9 +5,12 @@
 //! Pure: `metallbctl explain` runs it on files or on objects read from the
 //! API server.
 //!
-//! BGP mode only so far (the L2 election comes with the speaker's L2 mode).
+//! Both modes: BGP (what each node sends to which BGPPeer) and layer 2 (the
+//! election order every speaker computes, with scores, and the interfaces).
+//! Layer 2 assumes every Node runs a live speaker (membership as the
+//! speakers see it is not in the objects).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -20,6 +23,7 @@ use serde::Serialize;
 
 use crate::decide::NodeFacts;
 use crate::decide::bgp::{self, Options, Reason};
+use crate::decide::l2::{self, Election};
 use crate::decide::sessions;
 use crate::node_config;
 
@@ -33,6 +37,9 @@ pub struct Explanation {
     pub ips: Vec<String>,
     /// BGP mode, one entry per Node (sorted by name).
     pub bgp: Vec<NodeBgp>,
+    /// Layer 2 mode, when an L2Advertisement selects the Service's pool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub l2: Option<L2>,
     /// Combinations that leave the Service unreachable although MetalLB
     /// accepts them, each naming what to change.
     pub warnings: Vec<String>,
@@ -57,6 +64,35 @@ pub struct NodeBgp {
     pub routes: Vec<PeerRoute>,
     /// The BGPPeers whose sessions run on this node.
     pub sessions: Vec<String>,
+}
+
+/// Layer 2: the election and what each node does.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct L2 {
+    /// The candidates in order (the first answers), when an election is held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub election: Option<Election>,
+    /// One entry per Node (sorted by name).
+    pub nodes: Vec<NodeL2>,
+}
+
+/// What one node does for the Service in layer 2 mode.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeL2 {
+    /// The Node's name.
+    pub node: String,
+    /// Answers ARP/NDP for the addresses.
+    pub announced: bool,
+    /// MetalLB's reason when not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What to change, or who answers instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    /// The interfaces it answers on (empty: every eligible one).
+    pub interfaces: Vec<String>,
 }
 
 /// One prefix sent to one BGPPeer.
@@ -93,7 +129,18 @@ pub fn service(
         .collect::<Vec<_>>();
     let mut nodes: Vec<_> = resources.nodes.iter().collect();
     nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let facts_all: BTreeMap<String, NodeFacts> = nodes
+        .iter()
+        .map(|n| {
+            let f = NodeFacts::of(n);
+            (f.name.clone(), f)
+        })
+        .collect();
     let mut bgp_nodes = Vec::with_capacity(nodes.len());
+    let mut l2_nodes = Vec::with_capacity(nodes.len());
+    let mut election = None;
+    let mut l2_used = false;
+    let mut bgp_used = false;
     for node in nodes {
         let facts = NodeFacts::of(node);
         let parsed = node_config::for_node(resources.clone(), node)
@@ -115,6 +162,29 @@ pub fn service(
                 continue;
             }
         };
+        let d = l2::decide(
+            &config,
+            &facts.name,
+            l2::Cluster {
+                nodes: &facts_all,
+                live: None,
+            },
+            svc,
+            slices,
+            options,
+        );
+        l2_used |= config
+            .l2_advertisements
+            .iter()
+            .any(|a| l2_selects_pool(&config, &a.pools, &ips));
+        bgp_used |= config
+            .bgp_advertisements
+            .iter()
+            .any(|a| l2_selects_pool(&config, &a.pools, &ips));
+        if election.is_none() {
+            election = d.election.clone();
+        }
+        l2_nodes.push(node_l2(&d, &config, &facts, svc, key, &ips, options));
         let (specs, _skipped) = sessions::sessions(&config, &facts);
         let running: Vec<String> = specs.keys().cloned().collect();
         match bgp::decide(&config, &facts, svc, slices, options) {
@@ -157,12 +227,107 @@ pub fn service(
             }
         }
     }
-    let warnings = warnings(&bgp_nodes, svc, key, slices);
+    // Only the modes the Service's pool is advertised in (both when its
+    // addresses are in no pool: the reasons say so).
+    let in_pool = bgp_nodes
+        .iter()
+        .all(|n| n.reason.as_deref() != Some("ipNotAllowed"));
+    if in_pool && !bgp_used && (l2_used || !ips.is_empty()) {
+        bgp_nodes.clear();
+    }
+    let mut warnings = warnings(&bgp_nodes, svc, key, slices);
+    if in_pool && !bgp_used && !l2_used && !ips.is_empty() {
+        warnings.push(format!(
+            "no L2Advertisement or BGPAdvertisement selects the IPAddressPool of Service {key} \
+             (their spec.ipAddressPools / spec.ipAddressPoolSelectors): nothing announces it"
+        ));
+    }
+    let l2 = l2_used.then(|| L2 {
+        election,
+        nodes: l2_nodes,
+    });
+    if let (Some(l2), Some(svc)) = (&l2, svc)
+        && services::traffic_policy_local(svc)
+        && l2
+            .election
+            .as_ref()
+            .is_some_and(|e| e.candidates.is_empty())
+    {
+        warnings.push(format!(
+            "Service {key} has spec.externalTrafficPolicy Local and none of the nodes with its \
+             endpoints ({}) is selected by an L2Advertisement of its pool (their \
+             spec.nodeSelectors) or eligible: nothing answers for it",
+            endpoints::nodes_with_serving_endpoints(slices, endpoints::Addresses::NotRequired)
+                .into_iter()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     Explanation {
         service: key.to_owned(),
         ips,
         bgp: bgp_nodes,
+        l2,
         warnings,
+    }
+}
+
+/// Whether an advertisement of `pools` selects the pool of `ips`.
+fn l2_selects_pool(config: &config::Config, pools: &[String], ips: &[String]) -> bool {
+    let parsed: Vec<IpAddr> = ips.iter().filter_map(|i| i.parse().ok()).collect();
+    config.pools.values().any(|p| {
+        !parsed.is_empty()
+            && parsed.iter().all(|ip| p.contains(ip.to_canonical()))
+            && pools.contains(&p.name)
+    })
+}
+
+fn node_l2(
+    d: &l2::Decision,
+    config: &config::Config,
+    node: &NodeFacts,
+    svc: Option<&Service>,
+    key: &str,
+    ips: &[String],
+    options: &Options,
+) -> NodeL2 {
+    match &d.result {
+        Ok(a) => NodeL2 {
+            node: node.name.clone(),
+            announced: true,
+            reason: None,
+            hint: None,
+            interfaces: a.interfaces.names(),
+        },
+        Err(reason) => {
+            let hint = match (reason, &d.election) {
+                (Reason::NotOwner, Some(e)) => match e.winner() {
+                    Some(w) => format!("node {w} wins the election and answers"),
+                    None => format!(
+                        "no node is a candidate for Service {key}: every node selected by its \
+                         L2Advertisements is excluded (NetworkUnavailable, the exclude label) \
+                         or, with externalTrafficPolicy Local, hosts no serving endpoint"
+                    ),
+                },
+                (Reason::NotOwner, None) => format!(
+                    "Service {key} has no serving endpoint anywhere (its Pods are not ready, or \
+                     spec.selector matches none)"
+                ),
+                (Reason::NoMatchingAdvertisement, _) => format!(
+                    "no L2Advertisement of the Service's pool that selects Service {key} selects \
+                     node {} (their spec.nodeSelectors / spec.serviceSelectors)",
+                    node.name
+                ),
+                (r, _) => hint(*r, config, node, svc, key, ips, options),
+            };
+            NodeL2 {
+                node: node.name.clone(),
+                announced: false,
+                reason: Some(reason.as_str().to_owned()),
+                hint: Some(hint),
+                interfaces: Vec::new(),
+            }
+        }
     }
 }
 
