@@ -242,7 +242,7 @@ pub fn service(
              (their spec.ipAddressPools / spec.ipAddressPoolSelectors): nothing announces it"
         ));
     }
-    let l2 = l2_used.then(|| L2 {
+    let l2 = l2_used.then_some(L2 {
         election,
         nodes: l2_nodes,
     });
