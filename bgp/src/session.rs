@@ -41,8 +41,13 @@
 //! - each [`Timer`] is one sleeping task tagged with a generation, so an
 //!   expiry of a timer cancelled or restarted since is dropped;
 //! - the next hops: the session's local address for its family; for the
-//!   other family the first address of that family on the same interface
-//!   (global IPv6 only); `sourceAddress` is the local address when set;
+//!   other family the first address of that family on the same interface;
+//!   for IPv6 (RFC 2545 section 3) the global address (the local one, or
+//!   the interface's first global IPv6 address when the local one is IPv4
+//!   or link-local) plus the interface's link-local address when the peer
+//!   shares a subnet with the interface (a 32-byte next hop), never a
+//!   link-local address in the global slot; `sourceAddress` is the local
+//!   address when set;
 //!   no address means that family is not announced and the Adj-RIB-Out
 //!   state says why ([`crate::state::FamilyDisabled::NoNextHop`]);
 //! - the optional listener ([`PeerConfig::listen`]) is a registration on a
@@ -865,15 +870,17 @@ impl Driver {
             params.ibgp,
             local_ip,
         );
-        if let Some(iface) = &c.interface {
-            match local_ip {
-                IpAddr::V4(_) => {
-                    ctx.next_hop_ipv6 = iface.ipv6.map(|a| NextHop::from(IpAddr::V6(a)));
-                }
-                IpAddr::V6(_) => {
+        let peer = self.config.peer.ip();
+        match &c.interface {
+            Some(iface) => {
+                // RFC 2545 section 3: global, plus link-local on a shared
+                // link; never a link-local address as the global one.
+                ctx.next_hop_ipv6 = iface.ipv6_next_hop(local_ip, peer);
+                if local_ip.is_ipv6() {
                     ctx.next_hop_ipv4 = iface.ipv4.map(|a| NextHop::from(IpAddr::V4(a)));
                 }
             }
+            None => ctx.next_hop_ipv6 = transport::ipv6_next_hop_without_interface(local_ip),
         }
         Some(ctx)
     }
