@@ -2063,3 +2063,53 @@ fn a_restarted_graceful_restart_peer_replaces_the_established_session() {
     assert_eq!(sent(&out), vec![(P1, Notification::BadPeerAs)]);
     assert_eq!(s.connections(), vec![(A1, FsmState::Established)]);
 }
+
+/// RFC 6793: AS_TRANS as the 4-octet AS capability's value names no AS,
+/// and the 2-octet My AS must agree with the capability (the AS itself
+/// when it fits, AS_TRANS when it does not). Issue 13, Low list.
+#[test]
+fn as_trans_in_the_capability_and_a_disagreeing_my_as_are_bad_peer_as() {
+    let trans = u32::from(AS_TRANS);
+    let with_my_as = |my_as: u16, cap: u32| {
+        Message::Open(Open {
+            my_as,
+            ..match open_from(cap, PEER_ID_HIGH, 90, peer_caps(cap)) {
+                Message::Open(o) => o,
+                _ => unreachable!(),
+            }
+        })
+    };
+    // The peer configured as AS 23456 with the capability saying so.
+    let (s, out) = open_outcome(
+        Config::new(LOCAL_AS, PeerAs::Fixed(trans), "n"),
+        with_my_as(AS_TRANS, trans),
+    );
+    assert_eq!(sent(&out), vec![(A1, Notification::BadPeerAs)]);
+    assert_eq!(s.state(), FsmState::Idle);
+    // Dynamic external peers too.
+    let (_, out) = open_outcome(
+        Config::new(LOCAL_AS, PeerAs::External, "n"),
+        with_my_as(AS_TRANS, trans),
+    );
+    assert_eq!(sent(&out), vec![(A1, Notification::BadPeerAs)]);
+    // A 2-octet AS in the capability with another My AS.
+    let (_, out) = open_outcome(config(), with_my_as(65000, PEER_AS));
+    assert_eq!(sent(&out), vec![(A1, Notification::BadPeerAs)]);
+    let (_, out) = open_outcome(config(), with_my_as(AS_TRANS, PEER_AS));
+    assert_eq!(sent(&out), vec![(A1, Notification::BadPeerAs)]);
+    // A 4-octet AS with a My AS other than AS_TRANS.
+    let big = 4_200_000_000;
+    let (_, out) = open_outcome(
+        Config::new(LOCAL_AS, PeerAs::Fixed(big), "n"),
+        with_my_as(64999, big),
+    );
+    assert_eq!(sent(&out), vec![(A1, Notification::BadPeerAs)]);
+    // The consistent forms are accepted.
+    let (s, _) = open_outcome(
+        Config::new(LOCAL_AS, PeerAs::Fixed(big), "n"),
+        with_my_as(AS_TRANS, big),
+    );
+    assert_eq!(s.state(), FsmState::OpenConfirm);
+    let (s, _) = open_outcome(config(), with_my_as(PEER_AS as u16, PEER_AS));
+    assert_eq!(s.state(), FsmState::OpenConfirm);
+}

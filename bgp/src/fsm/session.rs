@@ -16,8 +16,8 @@ use super::types::{
 };
 use crate::state::{FamilyDisabled, FsmState};
 use crate::wire::{
-    Capabilities, Family, GracefulRestart, Message, MessageType, Notification, Open,
-    RouteRefreshSubtype, UpdateVerdict, error_code, negotiate, validate_update,
+    AS_TRANS, Capabilities, Capability, Family, GracefulRestart, Message, MessageType,
+    Notification, Open, RouteRefreshSubtype, UpdateVerdict, error_code, negotiate, validate_update,
 };
 
 /// One TCP connection that carries (or tries to carry) the session.
@@ -941,6 +941,7 @@ impl Session {
         peer: &Capabilities,
     ) -> Result<(), Notification> {
         let local_as = self.config.effective_local_as();
+        check_as_trans(open)?;
         let peer_as = open.asn();
         let as_ok = match self.config.peer_as {
             PeerAs::Fixed(asn) => peer_as == asn,
@@ -1156,4 +1157,26 @@ fn family_text(f: Family) -> String {
         Family::IPV6_UNICAST => "IPv6 unicast".into(),
         other => other.to_string(),
     }
+}
+
+/// RFC 6793: AS_TRANS only stands in for a 4-octet AS in the 2-octet My
+/// AS field; as the 4-octet AS capability's value it names no AS (Bad Peer
+/// AS). With the capability, My AS must be the capability's AS when that
+/// fits 2 octets and AS_TRANS when it does not (Bad Peer AS otherwise).
+fn check_as_trans(open: &Open) -> Result<(), Notification> {
+    let four = open.capabilities().find_map(|c| match c {
+        Capability::FourOctetAs(asn) => Some(*asn),
+        _ => None,
+    });
+    let Some(asn) = four else {
+        return Ok(());
+    };
+    if asn == u32::from(AS_TRANS) {
+        return Err(Notification::BadPeerAs);
+    }
+    let expected = u16::try_from(asn).unwrap_or(AS_TRANS);
+    if open.my_as != expected {
+        return Err(Notification::BadPeerAs);
+    }
+    Ok(())
 }
