@@ -334,6 +334,7 @@ impl Session {
     ) -> Result<Self, SessionError> {
         let fsm = fsm::Session::new(config.fsm.clone())?;
         let now = SystemTime::now();
+        let peer_addr = config.peer;
         let state = SessionState::new(peer_label(config.peer), now);
         let (state_tx, state_rx) = watch::channel(state.clone());
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
@@ -360,6 +361,7 @@ impl Session {
             listener: None,
             closing: Vec::new(),
             stopping: false,
+            jitter: jitter_seed(peer_addr),
         };
         let task = tokio::spawn(driver.run(cmd_rx, ev_rx));
         Ok(Self {
@@ -571,6 +573,31 @@ struct Driver {
     closing: Vec<JoinHandle<()>>,
     /// Shutting down or holding down: abandoned attempts are not errors.
     stopping: bool,
+    /// xorshift64 state of the timer jitter.
+    jitter: u64,
+}
+
+/// RFC 4271 section 10: ConnectRetry, IdleHold and Keepalive run for
+/// `duration` times a factor drawn uniformly from 0.75 to 1.0 (`draw` is
+/// any random number), so that sessions do not synchronise; the other
+/// timers are exact.
+pub fn jittered(timer: Timer, duration: Duration, draw: u64) -> Duration {
+    match timer {
+        Timer::ConnectRetry | Timer::IdleHold | Timer::Keepalive { .. } => {
+            let permille = 750 + (draw % 251) as u32;
+            duration * permille / 1000
+        }
+        Timer::Hold { .. } | Timer::SendHold { .. } | Timer::Stable => duration,
+    }
+}
+
+/// A seed for the timer jitter: differs between sessions and processes.
+fn jitter_seed(peer: SocketAddr) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    peer.hash(&mut h);
+    SystemTime::now().hash(&mut h);
+    h.finish() | 1
 }
 
 impl Driver {
@@ -1039,6 +1066,12 @@ impl Driver {
     }
 
     fn set_timer(&mut self, timer: Timer, duration: Duration) {
+        let mut x = self.jitter;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.jitter = x;
+        let duration = jittered(timer, duration, x);
         self.timer_generation += 1;
         let generation = self.timer_generation;
         let tx = self.ev_tx.clone();

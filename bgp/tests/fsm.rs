@@ -2113,3 +2113,111 @@ fn as_trans_in_the_capability_and_a_disagreeing_my_as_are_bad_peer_as() {
     let (s, _) = open_outcome(config(), with_my_as(PEER_AS as u16, PEER_AS));
     assert_eq!(s.state(), FsmState::OpenConfirm);
 }
+
+/// Restart damping: each session ended by a NOTIFICATION (received or
+/// sent) doubles the least delay of the automatic restart (1, 2, 4... s,
+/// capped); an Established session that lasts RESTART_DAMPING_FORGET
+/// (Timer::Stable) or a manual start clears it. Issue 13, Low list.
+#[test]
+fn notifications_damp_restarts_until_a_stable_session_or_a_manual_start() {
+    use bgp::fsm::{RESTART_DAMPING_FORGET, RESTART_DAMPING_MAX, restart_damping_delay};
+    let mut s = at(config(), FsmState::Established);
+    let mut conn_seq = 1u64;
+    // Brings the session from Idle (restart due) back to Established on a
+    // new connection.
+    let reestablish = |s: &mut Session, seq: u64| -> Vec<Output> {
+        let c = ConnId::active(seq);
+        s.process(Input::IdleHoldTimerExpired);
+        s.process(tcp_acked(c));
+        s.process(received(c, peer_open(PEER_ID_HIGH)));
+        let out = s.process(received(c, Message::Keepalive));
+        assert_eq!(s.state(), FsmState::Established);
+        out
+    };
+    let mut delays = Vec::new();
+    for round in 0..8 {
+        let c = ConnId::active(conn_seq);
+        let out = if round % 2 == 0 {
+            s.process(received(
+                c,
+                Message::Notification(Notification::MalformedAttributeList),
+            ))
+        } else {
+            // Our own NOTIFICATION (hold timer expiry) counts too.
+            s.process(Input::HoldTimerExpired { conn: c })
+        };
+        assert_eq!(s.state(), FsmState::Idle, "round {round}");
+        assert!(timer_cancelled(&out, Timer::Stable) || round == 0);
+        delays.push(timer_set(&out, Timer::IdleHold).expect("restart scheduled"));
+        conn_seq += 1;
+        let out = reestablish(&mut s, conn_seq);
+        assert_eq!(
+            timer_set(&out, Timer::Stable),
+            Some(RESTART_DAMPING_FORGET),
+            "a damped session is watched for stability"
+        );
+    }
+    let secs: Vec<u64> = delays.iter().map(Duration::as_secs).collect();
+    assert_eq!(secs, [1, 2, 4, 8, 16, 32, 64, 120]);
+    assert_eq!(restart_damping_delay(40), RESTART_DAMPING_MAX);
+    assert_eq!(s.restart_damping(), 8);
+
+    // Stable for long enough: forgotten; the next error restarts after 1 s.
+    s.process(Input::StableTimerExpired);
+    assert_eq!(s.restart_damping(), 0);
+    let out = s.process(received(
+        ConnId::active(conn_seq),
+        Message::Notification(Notification::MalformedAttributeList),
+    ));
+    assert_eq!(
+        timer_set(&out, Timer::IdleHold),
+        Some(Duration::from_secs(1))
+    );
+    // A stale expiry (the timer was cancelled with the session) changes
+    // nothing.
+    s.process(Input::StableTimerExpired);
+    assert_eq!(s.restart_damping(), 1);
+
+    // A manual start clears it too.
+    s.process(Input::ManualStop {
+        reason: "test".into(),
+    });
+    s.process(Input::ManualStart);
+    assert_eq!(s.restart_damping(), 0);
+    // Without damping, Established arms no stability timer.
+    let mut s = at(config(), FsmState::OpenConfirm);
+    let out = s.process(received(A1, Message::Keepalive));
+    assert_eq!(s.state(), FsmState::Established);
+    assert_eq!(timer_set(&out, Timer::Stable), None);
+}
+
+/// RFC 4271 section 10: ConnectRetry, IdleHold and Keepalive are jittered
+/// to 75-100 %; Hold, SendHold and Stable are exact.
+#[test]
+fn jitter_applies_to_connect_retry_idle_hold_and_keepalive_only() {
+    use bgp::session::jittered;
+    let d = Duration::from_secs(30);
+    let mut seen = std::collections::BTreeSet::new();
+    for draw in 0..2000u64 {
+        let x = draw.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        for t in [
+            Timer::ConnectRetry,
+            Timer::IdleHold,
+            Timer::Keepalive { conn: A1 },
+        ] {
+            let j = jittered(t, d, x);
+            assert!(j >= d * 3 / 4 && j <= d, "{t:?}: {j:?}");
+            seen.insert(j);
+        }
+        for t in [
+            Timer::Hold { conn: A1 },
+            Timer::SendHold { conn: A1 },
+            Timer::Stable,
+        ] {
+            assert_eq!(jittered(t, d, x), d);
+        }
+    }
+    assert!(seen.len() > 100, "{} distinct delays", seen.len());
+    assert!(seen.iter().any(|j| *j < d * 4 / 5));
+    assert!(seen.iter().any(|j| *j > d * 19 / 20));
+}

@@ -78,8 +78,13 @@
 //!   [`Input::Reset`] is the only AutomaticStop (event 8). A BFD coupling
 //!   that must keep the session down until the path is back uses
 //!   [`Input::HoldDown`] (event 2) and [`Input::Release`] (event 1).
-//! - DampPeerOscillations: FALSE (no damping beyond the connect retry
-//!   schedule).
+//! - DampPeerOscillations: partly. Sessions that end with a NOTIFICATION
+//!   (sent or received) are damped: after the *n*-th in a row the
+//!   automatic restart waits at least 2^(*n*-1) s
+//!   ([`restart_damping_delay`], capped at [`RESTART_DAMPING_MAX`]), and an
+//!   Established session lasting [`RESTART_DAMPING_FORGET`]
+//!   ([`Timer::Stable`]) or a manual start clears the count. Other
+//!   failures follow the connect retry schedule only.
 //! - DelayOpen / DelayOpenTime / DelayOpenTimer: FALSE (our OPEN goes out
 //!   as soon as TCP is up; events 12 and 20 never occur).
 //! - SendNOTIFICATIONwithoutOPEN: FALSE (no NOTIFICATION before our OPEN;
@@ -135,7 +140,8 @@ pub use crate::state::FsmState;
 pub use collision::collision_winner;
 pub use config::{
     CONNECT_RETRY_INITIAL, CONNECT_RETRY_MAX, Config, ConfigError, DEFAULT_HOLD_TIME,
-    DEFAULT_SEND_HOLD_TIME, MAX_RESTART_TIME, OPEN_SENT_HOLD_TIME, PeerAs, RequiredCapability,
+    DEFAULT_SEND_HOLD_TIME, MAX_RESTART_TIME, OPEN_SENT_HOLD_TIME, PeerAs, RESTART_DAMPING_FORGET,
+    RESTART_DAMPING_MAX, RequiredCapability, restart_damping_delay,
 };
 pub use router_id::{crc32, router_id};
 pub use session::Session;

@@ -8,7 +8,9 @@ use std::time::Duration;
 use bytes::BytesMut;
 
 use super::collision::collision_winner;
-use super::config::{Config, ConfigError, OPEN_SENT_HOLD_TIME, PeerAs};
+use super::config::{
+    Config, ConfigError, OPEN_SENT_HOLD_TIME, PeerAs, RESTART_DAMPING_FORGET, restart_damping_delay,
+};
 use super::router_id::router_id;
 use super::types::{
     CeaseSubcode, ConnId, DisabledFamily, DownReason, FsmEvent, Input, NotificationEvent, Output,
@@ -175,6 +177,8 @@ pub struct Session {
     /// Held down ([`Input::HoldDown`]) until [`Input::Release`]: Idle, no
     /// starts of any kind.
     held_down: bool,
+    /// Sessions in a row that ended with a NOTIFICATION (restart damping).
+    damping: u32,
 }
 
 impl Session {
@@ -197,6 +201,7 @@ impl Session {
                 .as_ref()
                 .is_some_and(|gr| gr.restart_state()),
             held_down: false,
+            damping: 0,
             config,
         })
     }
@@ -213,6 +218,13 @@ impl Session {
             .map(|c| c.state)
             .max_by_key(|s| rank(*s))
             .unwrap_or(self.base)
+    }
+
+    /// Sessions in a row that ended with a NOTIFICATION (sent or
+    /// received): the automatic restart waits at least
+    /// [`restart_damping_delay`] of it.
+    pub fn restart_damping(&self) -> u32 {
+        self.damping
     }
 
     /// RFC 4271 ConnectRetryCounter: failures since the last start or stop.
@@ -300,6 +312,11 @@ impl Session {
             Input::IdleHoldTimerExpired => {
                 if self.expired(Timer::IdleHold) {
                     self.start(&mut out, false);
+                }
+            }
+            Input::StableTimerExpired => {
+                if self.expired(Timer::Stable) {
+                    self.damping = 0;
                 }
             }
             Input::HoldTimerExpired { conn } => {
@@ -399,6 +416,7 @@ impl Session {
             Input::KeepaliveTimerExpired { .. } => FsmEvent::KeepaliveTimerExpires,
             Input::SendHoldTimerExpired { .. } => FsmEvent::SendHoldTimerExpires,
             Input::SendProgress { .. } => FsmEvent::SendProgress,
+            Input::StableTimerExpired => FsmEvent::StableTimerExpires,
             Input::TcpCrAcked { .. } => FsmEvent::TcpCrAcked,
             Input::TcpConnectionConfirmed { .. } => FsmEvent::TcpConnectionConfirmed,
             Input::TcpConnectionFails { .. } => FsmEvent::TcpConnectionFails,
@@ -494,7 +512,9 @@ impl Session {
     /// Arms the automatic restart after an error, when allowed.
     fn schedule_restart(&mut self, out: &mut Vec<Output>) {
         if self.auto_restart && self.config.allow_automatic_start {
-            let d = self.current_delay();
+            let d = self
+                .current_delay()
+                .max(restart_damping_delay(self.damping));
             self.arm(out, Timer::IdleHold, d);
         }
     }
@@ -543,6 +563,12 @@ impl Session {
             // Another connection carries the session on.
             return;
         }
+        if was_established {
+            self.disarm(out, Timer::Stable);
+        }
+        if sent.is_some() || received.is_some() {
+            self.damping = self.damping.saturating_add(1);
+        }
         out.push(Output::SessionDown {
             conn: c.id,
             reason,
@@ -585,6 +611,7 @@ impl Session {
         }
         if manual {
             self.attempt = 0;
+            self.damping = 0;
         }
         if self.event != FsmEvent::IdleHoldTimerExpires {
             self.connect_retry_counter = 0;
@@ -639,6 +666,7 @@ impl Session {
         }
         self.abandon_connect(out);
         self.disarm(out, Timer::ConnectRetry);
+        self.disarm(out, Timer::Stable);
         self.base = FsmState::Idle;
         if automatic {
             self.connect_retry_counter = self.connect_retry_counter.saturating_add(1);
@@ -1120,6 +1148,9 @@ impl Session {
         }
         self.restart_hold(out, idx);
         self.attempt = 0;
+        if self.damping > 0 {
+            self.arm(out, Timer::Stable, RESTART_DAMPING_FORGET);
+        }
         self.abandon_connect(out);
         self.sync_state(out);
         let c = &self.conns[idx];
