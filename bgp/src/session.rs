@@ -600,6 +600,31 @@ fn jitter_seed(peer: SocketAddr) -> u64 {
     h.finish() | 1
 }
 
+/// The session task ends by being aborted when its [`Session`] is dropped
+/// without a shutdown: the tasks it spawned (readers, writers, connection
+/// attempts, timers, the listener forwarder) end with it instead of
+/// holding sockets open.
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if let Some(l) = self.listener.take() {
+            l.abort();
+        }
+        for (_, h) in self.connecting.drain() {
+            h.abort();
+        }
+        for (_, (_, h)) in self.timers.drain() {
+            h.abort();
+        }
+        for (_, c) in self.conns.drain() {
+            c.reader_task.abort();
+            c.writer_task.abort();
+        }
+        for h in self.closing.drain(..) {
+            h.abort();
+        }
+    }
+}
+
 impl Driver {
     async fn run(
         mut self,
