@@ -1058,7 +1058,11 @@ impl Driver {
     fn close(&mut self, conn: ConnId) {
         if let Some(h) = self.connecting.remove(&conn) {
             h.abort();
-            if !self.stopping {
+            // An attempt abandoned because another connection (the peer's)
+            // carries the session is no error; one abandoned at the
+            // ConnectRetry expiry (the session still connecting) is.
+            let connecting = matches!(self.fsm.state(), FsmState::Connect | FsmState::Active);
+            if !self.stopping && connecting {
                 let text = format!(
                     "connect to {}: no answer within the connect retry time{}{}",
                     self.config.peer,
