@@ -254,6 +254,30 @@ impl GroupTable {
         (nominal * permille / 1000).min(RETRY_MAX)
     }
 
+    /// Called just before the edge carries out `action`: a join issued to
+    /// a socket that has since been found full goes to the socket a join
+    /// issued now would use (so a batch of joins does not fail one by one
+    /// on the same full socket). Other actions are returned unchanged; a
+    /// join whose group is no longer wanted, or already joined, is dropped.
+    pub fn retarget(&mut self, now: Instant, action: GroupAction) -> Option<GroupAction> {
+        let GroupAction::Join { key, socket } = action else {
+            return Some(action);
+        };
+        if !self.wanted.contains(&key) || self.joined.contains_key(&key) {
+            return None;
+        }
+        let full = self
+            .slots
+            .get(&key.0)
+            .and_then(|s| s.get(&socket))
+            .is_some_and(|s| s.full);
+        if full {
+            self.join_action(now, key)
+        } else {
+            Some(GroupAction::Join { key, socket })
+        }
+    }
+
     /// The result of a [`GroupAction::Join`], at `now`. Follow-up actions
     /// (a join on another socket after `ENOBUFS`, closing a socket left
     /// empty by a failure) are returned.

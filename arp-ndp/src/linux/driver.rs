@@ -570,6 +570,9 @@ impl Driver {
     fn carry_out(&mut self, now: Instant, actions: Vec<GroupAction>) {
         let mut queue = std::collections::VecDeque::from(actions);
         while let Some(a) = queue.pop_front() {
+            let Some(a) = lock_groups(&self.groups).retarget(now, a) else {
+                continue;
+            };
             let outcome = self.memberships.apply(&a);
             let next = {
                 let mut groups = lock_groups(&self.groups);
