@@ -1100,11 +1100,26 @@ fn retry_delays(mut s: Session, n: usize) -> Vec<u64> {
     delays
 }
 
+/// The ConnectRetry timer bounding a handshake follows the 1, 2, 4... s
+/// schedule but gives each handshake at least MIN_HANDSHAKE_TIME (3 s):
+/// a 1 s bound abandoned every attempt before the kernel's first SYN
+/// retransmission (after 1 s). Issue 13, Low list.
 #[test]
 fn connect_retry_exponential_schedule() {
+    assert_eq!(bgp::fsm::MIN_HANDSHAKE_TIME, Duration::from_secs(3));
     assert_eq!(
         retry_delays(session(config()), 8),
-        vec![1, 2, 4, 8, 16, 30, 30, 30]
+        vec![3, 3, 4, 8, 16, 30, 30, 30]
+    );
+    // Passive: no handshake of ours to bound, the schedule as it is.
+    let mut c = config();
+    c.passive_tcp_establishment = true;
+    let mut s = session(c);
+    let out = s.process(Input::ManualStart);
+    assert_eq!(s.state(), FsmState::Active);
+    assert_eq!(
+        timer_set(&out, Timer::ConnectRetry),
+        Some(Duration::from_secs(1))
     );
 }
 
@@ -1157,7 +1172,7 @@ fn connect_retry_schedule_resets_on_established() {
     let out = s.process(Input::IdleHoldTimerExpired);
     assert_eq!(
         timer_set(&out, Timer::ConnectRetry),
-        Some(Duration::from_secs(1))
+        Some(bgp::fsm::MIN_HANDSHAKE_TIME)
     );
 }
 
@@ -1852,14 +1867,15 @@ fn hold_down_stays_idle_until_released() {
     assert_eq!(closed(&out), vec![P1]);
     assert!(sent_messages(&out, P1).is_empty());
     assert_eq!(s.state(), FsmState::Idle);
-    // The release is a manual start: a fresh connect retry schedule.
+    // The release is a manual start: a fresh connect retry schedule (its
+    // first handshake bounded by MIN_HANDSHAKE_TIME).
     let out = s.process(Input::Release);
     assert!(!s.held_down());
     assert_eq!(s.state(), FsmState::Connect);
     assert_eq!(connects(&out), vec![A2]);
     assert_eq!(
         timer_set(&out, Timer::ConnectRetry),
-        Some(Duration::from_secs(1))
+        Some(bgp::fsm::MIN_HANDSHAKE_TIME)
     );
     assert!(out.contains(&Output::StateChanged {
         from: FsmState::Idle,

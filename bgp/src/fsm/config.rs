@@ -22,6 +22,13 @@ pub const DEFAULT_SEND_HOLD_TIME: Duration = Duration::from_secs(480);
 pub const CONNECT_RETRY_INITIAL: Duration = Duration::from_secs(1);
 /// The cap of the exponential connect retry schedule.
 pub const CONNECT_RETRY_MAX: Duration = Duration::from_secs(30);
+/// The least time the ConnectRetry timer gives a TCP handshake of ours
+/// (while it bounds one: in Connect): Linux retransmits an unanswered SYN
+/// after 1 s (its initial RTO), so a shorter bound would abandon every
+/// handshake whose first SYN was lost before the kernel could retry it.
+/// The pause between failed attempts (IdleHold) keeps the 1, 2, 4... s
+/// schedule.
+pub const MIN_HANDSHAKE_TIME: Duration = Duration::from_secs(3);
 /// The automatic restart after the `n`-th session in a row that ended with
 /// a NOTIFICATION (sent or received) waits at least 2^(n-1) s, up to this
 /// cap (a peer that rejects our UPDATEs no longer makes the session flap

@@ -9,7 +9,8 @@ use bytes::BytesMut;
 
 use super::collision::collision_winner;
 use super::config::{
-    Config, ConfigError, OPEN_SENT_HOLD_TIME, PeerAs, RESTART_DAMPING_FORGET, restart_damping_delay,
+    Config, ConfigError, MIN_HANDSHAKE_TIME, OPEN_SENT_HOLD_TIME, PeerAs, RESTART_DAMPING_FORGET,
+    restart_damping_delay,
 };
 use super::router_id::router_id;
 use super::types::{
@@ -593,6 +594,11 @@ impl Session {
                     FsmState::Active
                 };
                 let d = self.next_delay();
+                let d = if self.pending_connect.is_some() {
+                    d.max(MIN_HANDSHAKE_TIME)
+                } else {
+                    d
+                };
                 self.arm(out, Timer::ConnectRetry, d);
             }
             After::Idle => {
@@ -619,12 +625,14 @@ impl Session {
         self.auto_restart = true;
         self.disarm(out, Timer::IdleHold);
         let d = self.next_delay();
-        if self.config.passive_tcp_establishment {
+        let d = if self.config.passive_tcp_establishment {
             self.base = FsmState::Active;
+            d
         } else {
             self.base = FsmState::Connect;
             self.connect(out);
-        }
+            d.max(MIN_HANDSHAKE_TIME)
+        };
         self.arm(out, Timer::ConnectRetry, d);
     }
 
@@ -681,13 +689,13 @@ impl Session {
             FsmState::Connect => {
                 self.abandon_connect(out);
                 self.connect(out);
-                let d = self.next_delay();
+                let d = self.next_delay().max(MIN_HANDSHAKE_TIME);
                 self.arm(out, Timer::ConnectRetry, d);
             }
             FsmState::Active => {
                 self.base = FsmState::Connect;
                 self.connect(out);
-                let d = self.next_delay();
+                let d = self.next_delay().max(MIN_HANDSHAKE_TIME);
                 self.arm(out, Timer::ConnectRetry, d);
             }
             _ => {}
