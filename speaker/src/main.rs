@@ -451,15 +451,31 @@ async fn run(args: Args) -> Result<()> {
                             Loaded::Invalid(e) => Err(e),
                             _ => Ok(()),
                         };
-                        writer.set_desired(
-                            component.key(&ns),
-                            configuration_state::desired(
-                                &component,
-                                &result,
-                                owner.clone(),
-                                configuration_state::now(),
-                            ),
+                        let mut desired = configuration_state::desired(
+                            &component,
+                            &result,
+                            owner.clone(),
+                            configuration_state::now(),
                         );
+                        // Selector combinations that cannot overlap, judged on the
+                        // whole configuration (not this node's share of it).
+                        if result.is_ok() {
+                            let all_objects = view.resources();
+                            let warnings = config::parse(&all_objects)
+                                .map(|c| config::overlap::selector_warnings(&c, &all_objects.nodes))
+                                .unwrap_or_default();
+                            let warnings: Vec<String> =
+                                warnings.iter().map(ToString::to_string).collect();
+                            if !warnings.is_empty() {
+                                tracing::warn!(?warnings, "configuration warnings");
+                            }
+                            desired.status = configuration_state::with_warnings(
+                                desired.status,
+                                &warnings,
+                                configuration_state::now(),
+                            );
+                        }
+                        writer.set_desired(component.key(&ns), desired);
                         all |= outcome.reprocess_all;
                     }
                 }

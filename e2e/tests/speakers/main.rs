@@ -11,3 +11,4 @@ mod harness;
 mod ipv6;
 mod l2;
 mod metrics;
+mod warnings;
