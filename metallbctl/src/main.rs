@@ -8,6 +8,7 @@ mod bfd_probe;
 mod bgp_probe;
 mod explain;
 mod l2_announce;
+mod status;
 mod validate;
 
 use std::process::ExitCode;
@@ -51,6 +52,10 @@ enum Command {
     /// Explain, node by node, why a Service is (not) announced, with the
     /// speaker's own decisions run on the objects of the given files.
     Explain(explain::Args),
+    /// One screen summing up MetalLB in the cluster of the current kubeconfig
+    /// context: configuration states, pools, BGP sessions, and who announces
+    /// each LoadBalancer Service how.
+    Status(status::Args),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +66,7 @@ fn main() -> ExitCode {
         Command::BfdProbe(args) => bfd_probe::run(args),
         Command::L2Announce(args) => l2_announce::run(args),
         Command::Explain(args) => explain::run(args),
+        Command::Status(args) => status::run(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("metallbctl: {e:#}");

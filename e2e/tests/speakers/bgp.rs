@@ -840,6 +840,76 @@ async fn status_objects_show_every_session_and_which_node_announces_which_servic
             ensure!(out.contains(want), "kubectl get shows no {want:?}:\n{out}");
         }
 
+        // The same through `metallbctl status` (read-only, from the status objects).
+        let metallbctl = e2e::process::workspace_binary(lab.repo(), "metallbctl", "metallbctl")?;
+        let run = |format: &'static str| {
+            let mut cmd = std::process::Command::new(&metallbctl);
+            cmd.args(["status", "-n", &ns, "-o", format])
+                .env("KUBECONFIG", &lab.env.kubeconfig);
+            cmd.output()
+        };
+        let out = run("text")?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        eprintln!("$ metallbctl status -n {ns}\n{text}");
+        let out = run("json")?;
+        ensure!(
+            out.status.success(),
+            "metallbctl status: {}{}",
+            text,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout)?;
+        let components: Vec<(String, String)> = v["components"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap_or_default().to_owned(),
+                    c["result"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        for n in ["node-1", "node-2", "node-3"] {
+            ensure!(
+                components.contains(&(format!("speaker-{n}"), "Valid".to_owned())),
+                "metallbctl status components {components:?}"
+            );
+        }
+        let sessions: Vec<(String, String, String)> = v["sessions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|x| {
+                (
+                    x["node"].as_str().unwrap_or_default().to_owned(),
+                    x["peer"].as_str().unwrap_or_default().to_owned(),
+                    x["bgp"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        ensure!(
+            sessions
+                == ["node-1", "node-2", "node-3"].map(|n| (
+                    n.to_owned(),
+                    "router".to_owned(),
+                    "Established".to_owned()
+                )),
+            "metallbctl status sessions {sessions:?}"
+        );
+        let web = v["services"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|x| x["service"] == format!("{ns}/web").as_str())
+            .cloned()
+            .unwrap_or_default();
+        ensure!(
+            web["ips"] == json!([pool_ip(110).to_string()])
+                && web["bgp"] == json!({"node-1": ["router"], "node-3": ["router"]}),
+            "metallbctl status of {ns}/web: {web}"
+        );
+
         // The endpoints move to node-2: its object appears, node-1's and node-3's go.
         let svc_obj =
             kube::Api::<k8s_openapi::api::core::v1::Service>::namespaced(lab.client.clone(), &ns)
