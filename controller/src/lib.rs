@@ -36,3 +36,4 @@ pub mod leader;
 pub mod metrics;
 pub mod pool_reconciler;
 pub mod service;
+pub mod webhook;
