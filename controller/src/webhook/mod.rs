@@ -4,3 +4,4 @@
 //!   the configuration in, decision out).
 
 pub mod admission;
+pub mod certs;
