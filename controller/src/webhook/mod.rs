@@ -5,3 +5,5 @@
 
 pub mod admission;
 pub mod certs;
+pub mod rotator;
+pub mod server;
