@@ -304,5 +304,55 @@ async fn scenario(
     apply(lab, &cm, &[])
         .await?
         .map_err(|e| anyhow::anyhow!("a ConfigMap was refused with the controller down: {e}"))?;
+
+    // --webhook-mode onlywebhook: the webhook again (same Secret, same CA), no allocation.
+    let _only = setup
+        .start(
+            "webhook-only",
+            &[
+                "--webhook-mode",
+                "onlywebhook",
+                "--webhook-port",
+                &port_s,
+                "--webhook-bind-address",
+                "127.0.0.1",
+                "--cert-extra-names",
+                "127.0.0.1",
+            ],
+        )
+        .await?;
+    wait_until(
+        "the webhook serves again",
+        Duration::from_secs(30),
+        || async {
+            match apply(lab, &pool(ns, "fourth", "203.0.113.0/28"), &[]).await {
+                Ok(Ok(_)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await?;
+    refused(
+        lab,
+        &pool(ns, "sixth", "203.0.113.8/29"),
+        "ipaddresspoolvalidationwebhook.metallb.io",
+        "CIDR \"203.0.113.8/29\" in pool \"sixth\" overlaps with already defined CIDR \"203.0.113.0/28\"",
+    )
+    .await?;
+    lab.create_lb_service(ns, &setup.service("web")).await?;
+    // An allocating controller answers in well under a second; give it five.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let svc = Api::<k8s_openapi::api::core::v1::Service>::namespaced(lab.client.clone(), ns)
+        .get("web")
+        .await?;
+    let ingress = svc
+        .status
+        .and_then(|s| s.load_balancer)
+        .and_then(|l| l.ingress)
+        .unwrap_or_default();
+    ensure!(
+        ingress.is_empty(),
+        "--webhook-mode onlywebhook allocated {ingress:?}"
+    );
     Ok(())
 }
