@@ -187,12 +187,12 @@ impl ServerTls {
                     path: path.clone(),
                     stamp: Mutex::new(before),
                 };
-                tracing::info!(dir = %path.display(), "metrics TLS certificate loaded");
+                tracing::info!(dir = %path.display(), "TLS certificate loaded");
                 (key, Some(dir))
             }
             CertSource::SelfSigned { names } => {
                 let key = self_signed(names, &provider)?;
-                tracing::info!(names = ?names, "metrics TLS certificate is self-signed");
+                tracing::info!(names = ?names, "TLS certificate is self-signed");
                 (key, None)
             }
         };
