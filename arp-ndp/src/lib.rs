@@ -16,8 +16,11 @@
 //! - [`state`]: owned IPs with allow-lists, announced-on interfaces,
 //!   claims by named owners (an IP shared by several Services stays owned,
 //!   on the union of their allow-lists, until its last owner releases it),
-//!   solicited-node group refcounts and per-IP counters; [`metrics`]:
+//!   the solicited-node groups wanted and per-IP counters; [`metrics`]:
 //!   MetalLB's `metallb_layer2_*` counters on a caller's registry.
+//! - [`groups`]: which solicited-node group is joined on which membership
+//!   socket; failed joins fed back, retried with a jittered backoff, and
+//!   spread over more sockets when the kernel's option memory runs out.
 //!
 //! The Linux edge ([`linux`], needs `CAP_NET_RAW`): `AF_PACKET` sockets
 //! with BPF filters for ARP requests and Neighbor Solicitations,
@@ -42,6 +45,7 @@
 //! addresses.
 
 pub mod announce;
+pub mod groups;
 pub mod interfaces;
 pub mod linux;
 pub mod metrics;

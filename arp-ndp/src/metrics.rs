@@ -6,8 +6,15 @@
 //! | `metallb_layer2_requests_received` | counter | `ip` |
 //! | `metallb_layer2_responses_sent` | counter | `ip` |
 //! | `metallb_layer2_gratuitous_sent` | counter | `ip` |
+//! | `metallb_rs_layer2_group_join_failures_total` | counter | `interface` |
 //!
-//! The names carry no `_total` suffix, exactly as MetalLB exports them.
+//! MetalLB's names carry no `_total` suffix, exactly as MetalLB exports
+//! them. The last counter is ours (MetalLB has none): solicited-node group
+//! joins the kernel refused (`ENOMEM` past `net.core.optmem_max`,
+//! `ENODEV` in a race with the interface going away...). Each refused
+//! attempt counts, also one that then succeeded on another membership
+//! socket; a group still not joined is listed by
+//! `L2Handle::failed_groups` and retried with backoff.
 
 use std::net::IpAddr;
 
@@ -20,12 +27,16 @@ pub const RESPONSES_SENT: &str = "metallb_layer2_responses_sent";
 /// `metallb_layer2_gratuitous_sent`
 pub const GRATUITOUS_SENT: &str = "metallb_layer2_gratuitous_sent";
 
-/// The three counters, labelled by `ip`.
+/// `metallb_rs_layer2_group_join_failures_total`
+pub const GROUP_JOIN_FAILURES: &str = "metallb_rs_layer2_group_join_failures_total";
+
+/// The counters.
 #[derive(Debug, Clone)]
 pub struct Metrics {
     requests_received: IntCounterVec,
     responses_sent: IntCounterVec,
     gratuitous_sent: IntCounterVec,
+    group_join_failures: IntCounterVec,
 }
 
 fn counter(name: &str, help: &str) -> prometheus::Result<IntCounterVec> {
@@ -48,10 +59,18 @@ impl Metrics {
                 GRATUITOUS_SENT,
                 "Number of gratuitous layer2 packets sent for owned IPs as a result of failovers",
             )?,
+            group_join_failures: IntCounterVec::new(
+                Opts::new(
+                    GROUP_JOIN_FAILURES,
+                    "Solicited-node multicast group joins the kernel refused, by interface",
+                ),
+                &["interface"],
+            )?,
         };
         registry.register(Box::new(m.requests_received.clone()))?;
         registry.register(Box::new(m.responses_sent.clone()))?;
         registry.register(Box::new(m.gratuitous_sent.clone()))?;
+        registry.register(Box::new(m.group_join_failures.clone()))?;
         Ok(m)
     }
 
@@ -74,5 +93,12 @@ impl Metrics {
         self.gratuitous_sent
             .with_label_values(&[ip.to_string().as_str()])
             .inc_by(n);
+    }
+
+    /// One solicited-node group join refused on `interface`.
+    pub fn group_join_failed(&self, interface: &str) {
+        self.group_join_failures
+            .with_label_values(&[interface])
+            .inc();
     }
 }

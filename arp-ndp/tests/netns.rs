@@ -796,3 +796,190 @@ fn a_failing_interface_does_not_stop_the_driver_and_is_retried() {
         Some(t.node_mac("eth1").as_str())
     );
 }
+
+fn wait_within(limit: Duration, mut f: impl FnMut() -> bool, what: &str) {
+    let deadline = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Issue 13 item 2. The client side is a bridge with multicast snooping
+/// (fast leave on the node's port, so an MLD Done removes the entry at
+/// once), which learns the node's solicited-node groups from its MLD
+/// reports. The node's `net.core.optmem_max` (per network namespace since
+/// Linux 6.9) is lowered after the packet sockets are open, so that one
+/// membership socket holds one group: joins are refused and
+/// moved to further sockets (IPv6 refuses with ENOMEM, not ENOBUFS), and
+/// all four groups are joined. Then the
+/// limit is cut to 0: a fifth group cannot be joined anywhere, is listed
+/// and counted. One joined address is removed: every other group stays in
+/// the kernel (`/proc/net/igmp6`) and in the bridge's MDB, and the other
+/// addresses are answered. The limit restored, the fifth group is joined
+/// by its retry and answered.
+#[test]
+fn a_failed_group_join_is_retried_and_a_leave_keeps_the_other_groups() {
+    let t = Topology::new("groups");
+    let cli = |args: &[&str]| {
+        let mut v = vec!["ip", "-n", t.cli.as_str()];
+        v.extend_from_slice(args);
+        ok(&v)
+    };
+    cli(&["addr", "flush", "dev", "eth0"]);
+    cli(&[
+        "link",
+        "add",
+        "br0",
+        "type",
+        "bridge",
+        "mcast_snooping",
+        "1",
+        "mcast_router",
+        "1",
+    ]);
+    cli(&["link", "set", "eth0", "master", "br0"]);
+    cli(&["addr", "add", "2001:db8::1/64", "dev", "br0", "nodad"]);
+    cli(&["link", "set", "br0", "up"]);
+    wait_for(
+        || !cli(&["link", "show", "br0"]).contains("NO-CARRIER"),
+        "the bridge's carrier",
+    );
+    ok(&[
+        "bridge",
+        "-n",
+        &t.cli,
+        "link",
+        "set",
+        "dev",
+        "eth0",
+        "fastleave",
+        "on",
+    ]);
+    let optmem = |v: &str| {
+        ok(&[
+            "ip",
+            "netns",
+            "exec",
+            &t.node,
+            "sysctl",
+            "-qw",
+            &format!("net.core.optmem_max={v}"),
+        ]);
+    };
+    let registry = prometheus::Registry::new();
+    let metrics = arp_ndp::metrics::Metrics::register(&registry).unwrap();
+    let r = Responder::start(
+        &t.node,
+        DriverConfig {
+            metrics: Some(metrics),
+            ..DriverConfig::default()
+        },
+    );
+    let mac = t.node_mac("eth0");
+    // One membership (56 bytes on x86_64) fits, two do not.
+    optmem("100");
+
+    let groups = |ips: &[u16]| -> Vec<(String, String)> {
+        ips.iter()
+            .map(|i| {
+                (
+                    format!("ff0200000000000000000001ff0000{i:02x}"),
+                    format!("grp ff02::1:ff00:{i:x} "),
+                )
+            })
+            .collect()
+    };
+    let igmp6 = || ok(&["ip", "netns", "exec", &t.node, "cat", "/proc/net/igmp6"]);
+    let mdb = || ok(&["bridge", "-n", &t.cli, "mdb", "show", "dev", "br0"]);
+    let ndisc6 = |target: &str| {
+        let o = run(&[
+            "ip", "netns", "exec", &t.cli, "ndisc6", "-1", "-n", "-r", "3", "-w", "700", target,
+            "br0",
+        ]);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        out.lines()
+            .find(|l| l.contains("Target link-layer address"))
+            .and_then(|l| Some(l.split(": ").nth(1)?.trim().to_lowercase()))
+    };
+    let failures = || {
+        registry
+            .gather()
+            .iter()
+            .filter(|f| f.name() == arp_ndp::metrics::GROUP_JOIN_FAILURES)
+            .flat_map(|f| f.get_metric().iter().map(|m| m.get_counter().get_value()))
+            .sum::<f64>()
+    };
+
+    for i in 0x10..=0x13 {
+        r.own(&format!("2001:db8::{i:x}"), AllowedInterfaces::all());
+    }
+    wait_for(|| r.handle.joined_groups().len() == 4, "four groups joined");
+    let joined = r.handle.joined_groups();
+    let sockets: std::collections::BTreeSet<usize> = joined.iter().map(|(_, s)| *s).collect();
+    assert!(sockets.len() > 1, "spread over sockets: {joined:?}");
+    assert!(r.handle.failed_groups().is_empty());
+    assert!(r.handle.group_join_failures() >= 1);
+    assert_eq!(failures(), r.handle.group_join_failures() as f64);
+    for (hex, grp) in groups(&[0x10, 0x11, 0x12, 0x13]) {
+        assert!(igmp6().contains(&hex), "{hex} joined: {}", igmp6());
+        wait_for(|| mdb().contains(&grp), &format!("{grp} in the MDB"));
+    }
+
+    for i in 0x10..=0x13 {
+        let target = format!("2001:db8::{i:x}");
+        assert_eq!(ndisc6(&target).as_deref(), Some(mac.as_str()), "{target}");
+    }
+
+    // Nothing can be joined any more.
+    optmem("0");
+    let before = r.handle.group_join_failures();
+    r.own("2001:db8::14", AllowedInterfaces::all());
+    wait_for(
+        || r.handle.failed_groups().len() == 1,
+        "the fifth group to fail",
+    );
+    let failed = r.handle.failed_groups();
+    assert_eq!(
+        failed[0].group,
+        "ff02::1:ff00:14".parse::<std::net::Ipv6Addr>().unwrap()
+    );
+    assert!(failed[0].error.contains("optmem_max"), "{failed:?}");
+    assert!(r.handle.group_join_failures() > before);
+    assert_eq!(failures(), r.handle.group_join_failures() as f64);
+
+    // One joined address goes.
+    r.handle.disown("2001:db8::10".parse().unwrap()).unwrap();
+    let (gone_hex, gone_grp) = groups(&[0x10]).remove(0);
+    wait_for(
+        || !igmp6().contains(&gone_hex),
+        "the removed address's group left",
+    );
+    wait_for(
+        || !mdb().contains(&gone_grp),
+        "the MDB entry removed (fast leave)",
+    );
+    // Give a wrongly closed socket's MLD Done time to reach the bridge.
+    thread::sleep(Duration::from_millis(500));
+    for (hex, grp) in groups(&[0x11, 0x12, 0x13]) {
+        assert!(igmp6().contains(&hex), "{hex} still joined: {}", igmp6());
+        assert!(mdb().contains(&grp), "{grp} still in the MDB: {}", mdb());
+    }
+    for i in 0x11..=0x13 {
+        let target = format!("2001:db8::{i:x}");
+        assert_eq!(ndisc6(&target).as_deref(), Some(mac.as_str()), "{target}");
+    }
+    assert_eq!(ndisc6("2001:db8::10"), None);
+
+    // The limit restored: the retry (at most 1.25 * 2^n s, n the failures
+    // so far) joins the fifth group.
+    optmem("131072");
+    let (hex, grp) = groups(&[0x14]).remove(0);
+    wait_within(
+        Duration::from_secs(40),
+        || r.handle.failed_groups().is_empty() && igmp6().contains(&hex),
+        "the fifth group joined by its retry",
+    );
+    wait_for(|| mdb().contains(&grp), "the fifth group in the MDB");
+    assert_eq!(ndisc6("2001:db8::14").as_deref(), Some(mac.as_str()));
+}

@@ -54,7 +54,8 @@
 //! scrape, for a snapshot of its sessions' existing counters (a command on
 //! the same queue as `acquire`, answered between two epoll wakeups) and
 //! waits up to [`SCRAPE_TIMEOUT`] for it. The thread takes no lock a scraper
-//! holds. A stopped runtime (or one that does not answer in time) yields no
+//! holds. A scrape on a worker of a multi-threaded tokio runtime waits in
+//! `block_in_place`, so the worker's other tasks run on meanwhile. A stopped runtime (or one that does not answer in time) yields no
 //! BFD series rather than stale ones.
 //!
 //! Two sessions with the same `peer` and `vrf` (e.g. single hop and
@@ -245,6 +246,23 @@ fn merge(samples: Vec<Sample>) -> BTreeMap<(Arc<str>, Arc<str>), Merged> {
     merged
 }
 
+/// Runs `f`, which may wait (up to [`SCRAPE_TIMEOUT`] for the runtime
+/// thread's answer), so that it never holds up other tasks: called on a
+/// worker of a multi-threaded tokio runtime (a metrics handler gathering
+/// the registry in its task), the worker's other tasks move to another
+/// thread for the wait (`block_in_place`). Elsewhere (a plain thread, a
+/// blocking-pool thread) it simply runs; a current-thread runtime cannot
+/// hand its tasks over, so a caller there should gather in
+/// `spawn_blocking`.
+fn without_blocking_a_worker<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
 /// A [`Collector`] that renders the runtime's sessions at each scrape.
 struct BfdCollector {
     /// Only for [`Collector::desc`]; each scrape fills fresh families, so
@@ -269,7 +287,7 @@ impl Collector for BfdCollector {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
-        let Some(samples) = (self.source)() else {
+        let Some(samples) = without_blocking_a_worker(|| (self.source)()) else {
             return Vec::new();
         };
         // Cannot fail: the names and labels are the constants above, already
@@ -338,6 +356,52 @@ mod tests {
             .encode(&registry.gather(), &mut out)
             .unwrap();
         String::from_utf8(out).unwrap()
+    }
+
+    /// A scrape that waits for a slow runtime thread, made on the only
+    /// worker of a multi-threaded runtime, does not stop that runtime's
+    /// other tasks (issue 13, Low list).
+    #[test]
+    fn a_slow_scrape_does_not_block_the_async_worker() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let registry = Registry::new();
+        let source: Source = Box::new(|| {
+            std::thread::sleep(Duration::from_millis(500));
+            Some(vec![sample("192.0.2.1", "default", true, 1)])
+        });
+        registry
+            .register(Box::new(BfdCollector::new(source).unwrap()))
+            .unwrap();
+        let ticks = Arc::new(AtomicU64::new(0));
+        let during = rt.block_on(async {
+            let counted = Arc::clone(&ticks);
+            let ticker = tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    counted.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+            // Let the ticker start, then scrape from a task on the worker.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let before = ticks.load(Ordering::SeqCst);
+            let families = tokio::spawn(async move { registry.gather() })
+                .await
+                .unwrap();
+            let during = ticks.load(Ordering::SeqCst) - before;
+            ticker.abort();
+            assert!(!families.is_empty());
+            during
+        });
+        // 500 ms at one tick per 10 ms: about 50; blocked, none.
+        assert!(
+            during >= 10,
+            "the ticker ran {during} times during the scrape"
+        );
     }
 
     #[test]

@@ -51,7 +51,8 @@
 //!   remote's Detect Mult of them have been sent (3 if unknown), then silence
 //!   (§6.8.16; FRR sends one).
 //! - Diagnostics: 1 on detection expiry, 2 on echo failure, 3 when the remote
-//!   signals Down or AdminDown, 7 on local AdminDown; cleared on reaching Up.
+//!   signals Down or AdminDown, 7 on local AdminDown; cleared on reaching Up,
+//!   and 7 also on leaving AdminDown (AdminUp).
 //! - Echo (§6.4, RFC 5881 §4): runs only when echo mode is set, the path is
 //!   single-hop IPv4, the session is Up and the remote advertises a non-zero
 //!   Required Min Echo RX. Echo TX interval: `max(echo interval, remote
@@ -436,6 +437,10 @@ impl Session {
             Event::AdminUp => {
                 if self.state == State::AdminDown {
                     self.admin_down_left = 0;
+                    // Diagnostic 7 described the AdminDown just left.
+                    if self.local_diag == Diagnostic::AdministrativelyDown {
+                        self.local_diag = Diagnostic::None;
+                    }
                     self.change_state(State::Down, Cause::AdminUp, now, &mut out);
                 }
             }

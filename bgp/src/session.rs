@@ -41,8 +41,13 @@
 //! - each [`Timer`] is one sleeping task tagged with a generation, so an
 //!   expiry of a timer cancelled or restarted since is dropped;
 //! - the next hops: the session's local address for its family; for the
-//!   other family the first address of that family on the same interface
-//!   (global IPv6 only); `sourceAddress` is the local address when set;
+//!   other family the first address of that family on the same interface;
+//!   for IPv6 (RFC 2545 section 3) the global address (the local one, or
+//!   the interface's first global IPv6 address when the local one is IPv4
+//!   or link-local) plus the interface's link-local address when the peer
+//!   shares a subnet with the interface (a 32-byte next hop), never a
+//!   link-local address in the global slot; `sourceAddress` is the local
+//!   address when set;
 //!   no address means that family is not announced and the Adj-RIB-Out
 //!   state says why ([`crate::state::FamilyDisabled::NoNextHop`]);
 //! - the optional listener ([`PeerConfig::listen`]) is a registration on a
@@ -329,6 +334,7 @@ impl Session {
     ) -> Result<Self, SessionError> {
         let fsm = fsm::Session::new(config.fsm.clone())?;
         let now = SystemTime::now();
+        let peer_addr = config.peer;
         let state = SessionState::new(peer_label(config.peer), now);
         let (state_tx, state_rx) = watch::channel(state.clone());
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
@@ -355,6 +361,7 @@ impl Session {
             listener: None,
             closing: Vec::new(),
             stopping: false,
+            jitter: jitter_seed(peer_addr),
         };
         let task = tokio::spawn(driver.run(cmd_rx, ev_rx));
         Ok(Self {
@@ -566,6 +573,56 @@ struct Driver {
     closing: Vec<JoinHandle<()>>,
     /// Shutting down or holding down: abandoned attempts are not errors.
     stopping: bool,
+    /// xorshift64 state of the timer jitter.
+    jitter: u64,
+}
+
+/// RFC 4271 section 10: ConnectRetry, IdleHold and Keepalive run for
+/// `duration` times a factor drawn uniformly from 0.75 to 1.0 (`draw` is
+/// any random number), so that sessions do not synchronise; the other
+/// timers are exact.
+pub fn jittered(timer: Timer, duration: Duration, draw: u64) -> Duration {
+    match timer {
+        Timer::ConnectRetry | Timer::IdleHold | Timer::Keepalive { .. } => {
+            let permille = 750 + (draw % 251) as u32;
+            duration * permille / 1000
+        }
+        Timer::Hold { .. } | Timer::SendHold { .. } | Timer::Stable => duration,
+    }
+}
+
+/// A seed for the timer jitter: differs between sessions and processes.
+fn jitter_seed(peer: SocketAddr) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    peer.hash(&mut h);
+    SystemTime::now().hash(&mut h);
+    h.finish() | 1
+}
+
+/// The session task ends by being aborted when its [`Session`] is dropped
+/// without a shutdown: the tasks it spawned (readers, writers, connection
+/// attempts, timers, the listener forwarder) end with it instead of
+/// holding sockets open.
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if let Some(l) = self.listener.take() {
+            l.abort();
+        }
+        for (_, h) in self.connecting.drain() {
+            h.abort();
+        }
+        for (_, (_, h)) in self.timers.drain() {
+            h.abort();
+        }
+        for (_, c) in self.conns.drain() {
+            c.reader_task.abort();
+            c.writer_task.abort();
+        }
+        for h in self.closing.drain(..) {
+            h.abort();
+        }
+    }
 }
 
 impl Driver {
@@ -865,15 +922,17 @@ impl Driver {
             params.ibgp,
             local_ip,
         );
-        if let Some(iface) = &c.interface {
-            match local_ip {
-                IpAddr::V4(_) => {
-                    ctx.next_hop_ipv6 = iface.ipv6.map(|a| NextHop::from(IpAddr::V6(a)));
-                }
-                IpAddr::V6(_) => {
+        let peer = self.config.peer.ip();
+        match &c.interface {
+            Some(iface) => {
+                // RFC 2545 section 3: global, plus link-local on a shared
+                // link; never a link-local address as the global one.
+                ctx.next_hop_ipv6 = iface.ipv6_next_hop(local_ip, peer);
+                if local_ip.is_ipv6() {
                     ctx.next_hop_ipv4 = iface.ipv4.map(|a| NextHop::from(IpAddr::V4(a)));
                 }
             }
+            None => ctx.next_hop_ipv6 = transport::ipv6_next_hop_without_interface(local_ip),
         }
         Some(ctx)
     }
@@ -999,7 +1058,11 @@ impl Driver {
     fn close(&mut self, conn: ConnId) {
         if let Some(h) = self.connecting.remove(&conn) {
             h.abort();
-            if !self.stopping {
+            // An attempt abandoned because another connection (the peer's)
+            // carries the session is no error; one abandoned at the
+            // ConnectRetry expiry (the session still connecting) is.
+            let connecting = matches!(self.fsm.state(), FsmState::Connect | FsmState::Active);
+            if !self.stopping && connecting {
                 let text = format!(
                     "connect to {}: no answer within the connect retry time{}{}",
                     self.config.peer,
@@ -1032,6 +1095,12 @@ impl Driver {
     }
 
     fn set_timer(&mut self, timer: Timer, duration: Duration) {
+        let mut x = self.jitter;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.jitter = x;
+        let duration = jittered(timer, duration, x);
         self.timer_generation += 1;
         let generation = self.timer_generation;
         let tx = self.ev_tx.clone();

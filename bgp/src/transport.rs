@@ -47,6 +47,8 @@ use socket2::{Domain, Protocol, SockAddr, SockRef, Socket, TcpKeepalive, Type};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
+use crate::wire::NextHop;
+
 /// The TTL / hop limit of iBGP sessions and multihop eBGP sessions.
 pub const TTL_MULTIHOP: u8 = 255;
 /// The TTL / hop limit of directly connected eBGP sessions.
@@ -522,49 +524,141 @@ pub fn set_dead_peer_detection(socket: impl AsFd) -> Result<(), TransportError> 
         .map_err(TransportError::socket("set TCP_USER_TIMEOUT"))
 }
 
-/// The interface that holds an address, with its first IPv4 address and
-/// its first global IPv6 address.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The interface that holds an address, with its first IPv4 address, its
+/// first global IPv6 address, its first link-local IPv6 address, and every
+/// address with its prefix length (to tell whether a peer is on the link).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct InterfaceInfo {
     pub name: String,
     pub ipv4: Option<Ipv4Addr>,
     /// First IPv6 address that is not link-local.
     pub ipv6: Option<Ipv6Addr>,
+    /// First link-local IPv6 address (fe80::/10).
+    pub ipv6_link_local: Option<Ipv6Addr>,
+    /// The interface's addresses with their prefix lengths.
+    pub prefixes: Vec<(IpAddr, u8)>,
+}
+
+impl InterfaceInfo {
+    /// Whether `peer` shares a subnet with this interface (a link-local
+    /// IPv6 peer always does: it can only be reached on a link).
+    pub fn on_link(&self, peer: IpAddr) -> bool {
+        let peer = unmap(peer);
+        if let IpAddr::V6(p) = peer
+            && is_link_local_v6(&p)
+        {
+            return true;
+        }
+        self.prefixes
+            .iter()
+            .any(|(addr, len)| same_prefix(*addr, peer, *len))
+    }
+
+    /// The IPv6 next hop for a session from `local` to `peer` over this
+    /// interface, per RFC 2545 section 3: the global address (`local`
+    /// when it is a global IPv6 address, else the interface's first
+    /// global IPv6 address) and, when the peer shares a subnet with the
+    /// interface, the interface's link-local address too (a 32-byte next
+    /// hop). A link-local address never goes in the global slot: with no
+    /// global address there is no IPv6 next hop.
+    pub fn ipv6_next_hop(&self, local: IpAddr, peer: IpAddr) -> Option<NextHop> {
+        let global = match unmap(local) {
+            IpAddr::V6(a) if !is_link_local_v6(&a) => a,
+            _ => self.ipv6?,
+        };
+        let link_local = if self.on_link(peer) {
+            match unmap(local) {
+                IpAddr::V6(a) if is_link_local_v6(&a) => Some(a),
+                _ => self.ipv6_link_local,
+            }
+        } else {
+            None
+        };
+        Some(NextHop::V6 { global, link_local })
+    }
+}
+
+/// The IPv6 next hop when no interface is known: `local` if it is a
+/// global IPv6 address, never a link-local one.
+pub fn ipv6_next_hop_without_interface(local: IpAddr) -> Option<NextHop> {
+    match unmap(local) {
+        IpAddr::V6(a) if !is_link_local_v6(&a) => Some(NextHop::V6 {
+            global: a,
+            link_local: None,
+        }),
+        _ => None,
+    }
+}
+
+fn unmap(a: IpAddr) -> IpAddr {
+    match a {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(a),
+        v4 => v4,
+    }
+}
+
+fn same_prefix(a: IpAddr, b: IpAddr, len: u8) -> bool {
+    match (a, b) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            let len = u32::from(len.min(32));
+            let mask = u32::MAX.checked_shl(32 - len).unwrap_or(0);
+            u32::from(a) & mask == u32::from(b) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V6(b)) => {
+            let len = u32::from(len.min(128));
+            let mask = u128::MAX.checked_shl(128 - len).unwrap_or(0);
+            u128::from(a) & mask == u128::from(b) & mask
+        }
+        _ => false,
+    }
 }
 
 fn is_link_local_v6(a: &Ipv6Addr) -> bool {
     (a.segments()[0] & 0xffc0) == 0xfe80
 }
 
+fn prefix_len(mask: IpAddr) -> u8 {
+    match mask {
+        IpAddr::V4(m) => u32::from(m).count_ones() as u8,
+        IpAddr::V6(m) => u128::from(m).count_ones() as u8,
+    }
+}
+
 /// The interface holding `local` (via `getifaddrs`), or `None` when no
 /// interface has it. IPv4-mapped IPv6 addresses are looked up as IPv4.
 pub fn interface_of(local: IpAddr) -> Result<Option<InterfaceInfo>, TransportError> {
-    let local = match local {
-        IpAddr::V6(v6) => v6
-            .to_ipv4_mapped()
-            .map(IpAddr::V4)
-            .unwrap_or(IpAddr::V6(v6)),
-        v4 => v4,
+    let local = unmap(local);
+    let sock_ip = |a: &nix::sys::socket::SockaddrStorage| -> Option<IpAddr> {
+        if let Some(v4) = a.as_sockaddr_in() {
+            Some(IpAddr::V4(v4.ip()))
+        } else {
+            Some(IpAddr::V6(a.as_sockaddr_in6()?.ip()))
+        }
     };
-    let addrs: Vec<(String, IpAddr)> = nix::ifaddrs::getifaddrs()
+    let addrs: Vec<(String, IpAddr, u8)> = nix::ifaddrs::getifaddrs()
         .map_err(|e| TransportError::Socket {
             op: "getifaddrs".into(),
             source: io::Error::from(e),
         })?
         .filter_map(|ifa| {
-            let a = ifa.address?;
-            let ip = if let Some(v4) = a.as_sockaddr_in() {
-                IpAddr::V4(v4.ip())
-            } else {
-                IpAddr::V6(a.as_sockaddr_in6()?.ip())
-            };
-            Some((ifa.interface_name, ip))
+            let ip = sock_ip(ifa.address.as_ref()?)?;
+            let len = ifa
+                .netmask
+                .as_ref()
+                .and_then(sock_ip)
+                .map_or(if ip.is_ipv4() { 32 } else { 128 }, prefix_len);
+            Some((ifa.interface_name, ip, len))
         })
         .collect();
-    let Some((name, _)) = addrs.iter().find(|(_, ip)| *ip == local) else {
+    let Some((name, _, _)) = addrs.iter().find(|(_, ip, _)| *ip == local) else {
         return Ok(None);
     };
-    let on_iface = || addrs.iter().filter(|(n, _)| n == name).map(|(_, ip)| *ip);
+    let on_iface = || {
+        addrs
+            .iter()
+            .filter(|(n, _, _)| n == name)
+            .map(|(_, ip, _)| *ip)
+    };
     let ipv4 = on_iface().find_map(|ip| match ip {
         IpAddr::V4(a) => Some(a),
         IpAddr::V6(_) => None,
@@ -573,10 +667,21 @@ pub fn interface_of(local: IpAddr) -> Result<Option<InterfaceInfo>, TransportErr
         IpAddr::V6(a) if !is_link_local_v6(&a) => Some(a),
         _ => None,
     });
+    let ipv6_link_local = on_iface().find_map(|ip| match ip {
+        IpAddr::V6(a) if is_link_local_v6(&a) => Some(a),
+        _ => None,
+    });
+    let prefixes = addrs
+        .iter()
+        .filter(|(n, _, _)| n == name)
+        .map(|(_, ip, len)| (*ip, *len))
+        .collect();
     Ok(Some(InterfaceInfo {
         name: name.clone(),
         ipv4,
         ipv6,
+        ipv6_link_local,
+        prefixes,
     }))
 }
 
@@ -725,5 +830,95 @@ mod tests {
         assert_eq!(info.name, "lo");
         assert_eq!(info.ipv4, Some(Ipv4Addr::LOCALHOST));
         assert_eq!(interface_of("192.0.2.254".parse().unwrap()).unwrap(), None);
+    }
+
+    #[test]
+    fn loopback_prefixes_are_read_with_their_lengths() {
+        let info = interface_of("127.0.0.1".parse().unwrap()).unwrap().unwrap();
+        assert!(
+            info.prefixes.contains(&("127.0.0.1".parse().unwrap(), 8)),
+            "{info:?}"
+        );
+        assert!(info.on_link("127.0.0.42".parse().unwrap()));
+        assert!(!info.on_link("192.0.2.1".parse().unwrap()));
+    }
+
+    fn eth0() -> InterfaceInfo {
+        InterfaceInfo {
+            name: "eth0".into(),
+            ipv4: Some("192.0.2.11".parse().unwrap()),
+            ipv6: Some("2001:db8:0:1::11".parse().unwrap()),
+            ipv6_link_local: Some("fe80::11".parse().unwrap()),
+            prefixes: vec![
+                ("192.0.2.11".parse().unwrap(), 24),
+                ("2001:db8:0:1::11".parse().unwrap(), 64),
+                ("fe80::11".parse().unwrap(), 64),
+            ],
+        }
+    }
+
+    fn v6(global: &str, link_local: Option<&str>) -> Option<NextHop> {
+        Some(NextHop::V6 {
+            global: global.parse().unwrap(),
+            link_local: link_local.map(|l| l.parse().unwrap()),
+        })
+    }
+
+    /// RFC 2545 section 3: a peer on the link gets the global and the
+    /// link-local address; one further away the global only.
+    #[test]
+    fn ipv6_next_hop_carries_the_link_local_address_to_a_peer_on_the_link() {
+        let i = eth0();
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        // IPv6 session on the link.
+        assert_eq!(
+            i.ipv6_next_hop(ip("2001:db8:0:1::11"), ip("2001:db8:0:1::1")),
+            v6("2001:db8:0:1::11", Some("fe80::11"))
+        );
+        // IPv4 session carrying IPv6, peer on the IPv4 subnet: same link.
+        assert_eq!(
+            i.ipv6_next_hop(ip("192.0.2.11"), ip("192.0.2.1")),
+            v6("2001:db8:0:1::11", Some("fe80::11"))
+        );
+        // IPv4-mapped addresses count as IPv4.
+        assert_eq!(
+            i.ipv6_next_hop(ip("::ffff:192.0.2.11"), ip("::ffff:192.0.2.1")),
+            v6("2001:db8:0:1::11", Some("fe80::11"))
+        );
+        // Multihop peers: global only (16 bytes).
+        assert_eq!(
+            i.ipv6_next_hop(ip("2001:db8:0:1::11"), ip("2001:db8:0:2::2")),
+            v6("2001:db8:0:1::11", None)
+        );
+        assert_eq!(
+            i.ipv6_next_hop(ip("192.0.2.11"), ip("203.0.113.2")),
+            v6("2001:db8:0:1::11", None)
+        );
+    }
+
+    #[test]
+    fn a_link_local_address_never_goes_in_the_global_slot() {
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        let i = eth0();
+        // A session over link-local addresses: the interface's global
+        // address first, the session's link-local address second.
+        assert_eq!(
+            i.ipv6_next_hop(ip("fe80::11"), ip("fe80::1")),
+            v6("2001:db8:0:1::11", Some("fe80::11"))
+        );
+        // No global address on the interface: no IPv6 next hop at all.
+        let bare = InterfaceInfo {
+            ipv6: None,
+            ..eth0()
+        };
+        assert_eq!(bare.ipv6_next_hop(ip("fe80::11"), ip("fe80::1")), None);
+        assert_eq!(bare.ipv6_next_hop(ip("192.0.2.11"), ip("192.0.2.1")), None);
+        // No interface known.
+        assert_eq!(ipv6_next_hop_without_interface(ip("fe80::11")), None);
+        assert_eq!(ipv6_next_hop_without_interface(ip("192.0.2.11")), None);
+        assert_eq!(
+            ipv6_next_hop_without_interface(ip("2001:db8::11")),
+            v6("2001:db8::11", None)
+        );
     }
 }

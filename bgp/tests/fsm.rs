@@ -1100,11 +1100,26 @@ fn retry_delays(mut s: Session, n: usize) -> Vec<u64> {
     delays
 }
 
+/// The ConnectRetry timer bounding a handshake follows the 1, 2, 4... s
+/// schedule but gives each handshake at least MIN_HANDSHAKE_TIME (3 s):
+/// a 1 s bound abandoned every attempt before the kernel's first SYN
+/// retransmission (after 1 s). Issue 13, Low list.
 #[test]
 fn connect_retry_exponential_schedule() {
+    assert_eq!(bgp::fsm::MIN_HANDSHAKE_TIME, Duration::from_secs(3));
     assert_eq!(
         retry_delays(session(config()), 8),
-        vec![1, 2, 4, 8, 16, 30, 30, 30]
+        vec![3, 3, 4, 8, 16, 30, 30, 30]
+    );
+    // Passive: no handshake of ours to bound, the schedule as it is.
+    let mut c = config();
+    c.passive_tcp_establishment = true;
+    let mut s = session(c);
+    let out = s.process(Input::ManualStart);
+    assert_eq!(s.state(), FsmState::Active);
+    assert_eq!(
+        timer_set(&out, Timer::ConnectRetry),
+        Some(Duration::from_secs(1))
     );
 }
 
@@ -1157,7 +1172,7 @@ fn connect_retry_schedule_resets_on_established() {
     let out = s.process(Input::IdleHoldTimerExpired);
     assert_eq!(
         timer_set(&out, Timer::ConnectRetry),
-        Some(Duration::from_secs(1))
+        Some(bgp::fsm::MIN_HANDSHAKE_TIME)
     );
 }
 
@@ -1852,14 +1867,15 @@ fn hold_down_stays_idle_until_released() {
     assert_eq!(closed(&out), vec![P1]);
     assert!(sent_messages(&out, P1).is_empty());
     assert_eq!(s.state(), FsmState::Idle);
-    // The release is a manual start: a fresh connect retry schedule.
+    // The release is a manual start: a fresh connect retry schedule (its
+    // first handshake bounded by MIN_HANDSHAKE_TIME).
     let out = s.process(Input::Release);
     assert!(!s.held_down());
     assert_eq!(s.state(), FsmState::Connect);
     assert_eq!(connects(&out), vec![A2]);
     assert_eq!(
         timer_set(&out, Timer::ConnectRetry),
-        Some(Duration::from_secs(1))
+        Some(bgp::fsm::MIN_HANDSHAKE_TIME)
     );
     assert!(out.contains(&Output::StateChanged {
         from: FsmState::Idle,
@@ -2062,4 +2078,162 @@ fn a_restarted_graceful_restart_peer_replaces_the_established_session() {
     let out = s.process(received(P1, open_from(64999, PEER_ID_HIGH, 90, wrong)));
     assert_eq!(sent(&out), vec![(P1, Notification::BadPeerAs)]);
     assert_eq!(s.connections(), vec![(A1, FsmState::Established)]);
+}
+
+/// RFC 6793: AS_TRANS as the 4-octet AS capability's value names no AS,
+/// and the 2-octet My AS must agree with the capability (the AS itself
+/// when it fits, AS_TRANS when it does not). Issue 13, Low list.
+#[test]
+fn as_trans_in_the_capability_and_a_disagreeing_my_as_are_bad_peer_as() {
+    let trans = u32::from(AS_TRANS);
+    let with_my_as = |my_as: u16, cap: u32| {
+        Message::Open(Open {
+            my_as,
+            ..match open_from(cap, PEER_ID_HIGH, 90, peer_caps(cap)) {
+                Message::Open(o) => o,
+                _ => unreachable!(),
+            }
+        })
+    };
+    // The peer configured as AS 23456 with the capability saying so.
+    let (s, out) = open_outcome(
+        Config::new(LOCAL_AS, PeerAs::Fixed(trans), "n"),
+        with_my_as(AS_TRANS, trans),
+    );
+    assert_eq!(sent(&out), vec![(A1, Notification::BadPeerAs)]);
+    assert_eq!(s.state(), FsmState::Idle);
+    // Dynamic external peers too.
+    let (_, out) = open_outcome(
+        Config::new(LOCAL_AS, PeerAs::External, "n"),
+        with_my_as(AS_TRANS, trans),
+    );
+    assert_eq!(sent(&out), vec![(A1, Notification::BadPeerAs)]);
+    // A 2-octet AS in the capability with another My AS.
+    let (_, out) = open_outcome(config(), with_my_as(65000, PEER_AS));
+    assert_eq!(sent(&out), vec![(A1, Notification::BadPeerAs)]);
+    let (_, out) = open_outcome(config(), with_my_as(AS_TRANS, PEER_AS));
+    assert_eq!(sent(&out), vec![(A1, Notification::BadPeerAs)]);
+    // A 4-octet AS with a My AS other than AS_TRANS.
+    let big = 4_200_000_000;
+    let (_, out) = open_outcome(
+        Config::new(LOCAL_AS, PeerAs::Fixed(big), "n"),
+        with_my_as(64999, big),
+    );
+    assert_eq!(sent(&out), vec![(A1, Notification::BadPeerAs)]);
+    // The consistent forms are accepted.
+    let (s, _) = open_outcome(
+        Config::new(LOCAL_AS, PeerAs::Fixed(big), "n"),
+        with_my_as(AS_TRANS, big),
+    );
+    assert_eq!(s.state(), FsmState::OpenConfirm);
+    let (s, _) = open_outcome(config(), with_my_as(PEER_AS as u16, PEER_AS));
+    assert_eq!(s.state(), FsmState::OpenConfirm);
+}
+
+/// Restart damping: each session ended by a NOTIFICATION (received or
+/// sent) doubles the least delay of the automatic restart (1, 2, 4... s,
+/// capped); an Established session that lasts RESTART_DAMPING_FORGET
+/// (Timer::Stable) or a manual start clears it. Issue 13, Low list.
+#[test]
+fn notifications_damp_restarts_until_a_stable_session_or_a_manual_start() {
+    use bgp::fsm::{RESTART_DAMPING_FORGET, RESTART_DAMPING_MAX, restart_damping_delay};
+    let mut s = at(config(), FsmState::Established);
+    let mut conn_seq = 1u64;
+    // Brings the session from Idle (restart due) back to Established on a
+    // new connection.
+    let reestablish = |s: &mut Session, seq: u64| -> Vec<Output> {
+        let c = ConnId::active(seq);
+        s.process(Input::IdleHoldTimerExpired);
+        s.process(tcp_acked(c));
+        s.process(received(c, peer_open(PEER_ID_HIGH)));
+        let out = s.process(received(c, Message::Keepalive));
+        assert_eq!(s.state(), FsmState::Established);
+        out
+    };
+    let mut delays = Vec::new();
+    for round in 0..8 {
+        let c = ConnId::active(conn_seq);
+        let out = if round % 2 == 0 {
+            s.process(received(
+                c,
+                Message::Notification(Notification::MalformedAttributeList),
+            ))
+        } else {
+            // Our own NOTIFICATION (hold timer expiry) counts too.
+            s.process(Input::HoldTimerExpired { conn: c })
+        };
+        assert_eq!(s.state(), FsmState::Idle, "round {round}");
+        assert!(timer_cancelled(&out, Timer::Stable) || round == 0);
+        delays.push(timer_set(&out, Timer::IdleHold).expect("restart scheduled"));
+        conn_seq += 1;
+        let out = reestablish(&mut s, conn_seq);
+        assert_eq!(
+            timer_set(&out, Timer::Stable),
+            Some(RESTART_DAMPING_FORGET),
+            "a damped session is watched for stability"
+        );
+    }
+    let secs: Vec<u64> = delays.iter().map(Duration::as_secs).collect();
+    assert_eq!(secs, [1, 2, 4, 8, 16, 32, 64, 120]);
+    assert_eq!(restart_damping_delay(40), RESTART_DAMPING_MAX);
+    assert_eq!(s.restart_damping(), 8);
+
+    // Stable for long enough: forgotten; the next error restarts after 1 s.
+    s.process(Input::StableTimerExpired);
+    assert_eq!(s.restart_damping(), 0);
+    let out = s.process(received(
+        ConnId::active(conn_seq),
+        Message::Notification(Notification::MalformedAttributeList),
+    ));
+    assert_eq!(
+        timer_set(&out, Timer::IdleHold),
+        Some(Duration::from_secs(1))
+    );
+    // A stale expiry (the timer was cancelled with the session) changes
+    // nothing.
+    s.process(Input::StableTimerExpired);
+    assert_eq!(s.restart_damping(), 1);
+
+    // A manual start clears it too.
+    s.process(Input::ManualStop {
+        reason: "test".into(),
+    });
+    s.process(Input::ManualStart);
+    assert_eq!(s.restart_damping(), 0);
+    // Without damping, Established arms no stability timer.
+    let mut s = at(config(), FsmState::OpenConfirm);
+    let out = s.process(received(A1, Message::Keepalive));
+    assert_eq!(s.state(), FsmState::Established);
+    assert_eq!(timer_set(&out, Timer::Stable), None);
+}
+
+/// RFC 4271 section 10: ConnectRetry, IdleHold and Keepalive are jittered
+/// to 75-100 %; Hold, SendHold and Stable are exact.
+#[test]
+fn jitter_applies_to_connect_retry_idle_hold_and_keepalive_only() {
+    use bgp::session::jittered;
+    let d = Duration::from_secs(30);
+    let mut seen = std::collections::BTreeSet::new();
+    for draw in 0..2000u64 {
+        let x = draw.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        for t in [
+            Timer::ConnectRetry,
+            Timer::IdleHold,
+            Timer::Keepalive { conn: A1 },
+        ] {
+            let j = jittered(t, d, x);
+            assert!(j >= d * 3 / 4 && j <= d, "{t:?}: {j:?}");
+            seen.insert(j);
+        }
+        for t in [
+            Timer::Hold { conn: A1 },
+            Timer::SendHold { conn: A1 },
+            Timer::Stable,
+        ] {
+            assert_eq!(jittered(t, d, x), d);
+        }
+    }
+    assert!(seen.len() > 100, "{} distinct delays", seen.len());
+    assert!(seen.iter().any(|j| *j < d * 4 / 5));
+    assert!(seen.iter().any(|j| *j > d * 19 / 20));
 }

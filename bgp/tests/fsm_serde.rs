@@ -209,6 +209,7 @@ fn all_inputs() -> Vec<Input> {
             waiting: true,
         },
         Input::SendHoldTimerExpired { conn: P1 },
+        Input::StableTimerExpired,
     ]
 }
 

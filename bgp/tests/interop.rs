@@ -712,6 +712,164 @@ fn both_families_one_session_gobgp() -> Result<()> {
     both_families_one_session(RouterKind::Gobgp)
 }
 
+// ---------------------------------------------------------------- RFC 2545 next hop
+
+/// node-1's link-local address on the interface holding its lab IPv6
+/// address, with that interface's name.
+fn node1_link_local(lab: &Lab) -> Result<(IpAddr, String)> {
+    let v = lab.node(1).ip_json(&["-6", "addr", "show"])?;
+    let want = node1_v6().to_string();
+    for link in v.as_array().into_iter().flatten() {
+        let addrs = link["addr_info"].as_array().cloned().unwrap_or_default();
+        if addrs.iter().any(|a| a["local"].as_str() == Some(&want)) {
+            for a in &addrs {
+                if a["scope"].as_str() == Some("link")
+                    && let Some(l) = a["local"].as_str()
+                {
+                    let name = link["ifname"].as_str().context("ifname")?;
+                    return Ok((l.parse()?, name.to_owned()));
+                }
+            }
+        }
+    }
+    anyhow::bail!("no link-local address beside {want}: {v}")
+}
+
+/// RFC 2545 section 3 (issue 13 item 5): to a directly connected peer the
+/// IPv6 next hop is 32 bytes, node-1's global address then its link-local
+/// one, on an IPv6 session and on an IPv4 session carrying IPv6. The
+/// router shows both as the path's next hops, the global one in the global
+/// slot, and (FRR) installs the route in its FIB via one of them. What
+/// went on the wire is checked in a capture on node-1 (tcpdump's BGP
+/// decoder: `nh-length: 32`, both addresses), since GoBGP's CLI shows the
+/// global next hop only.
+fn ipv6_next_hop_rfc2545(kind: RouterKind) -> Result<()> {
+    let (_serial, lab) = setup()?;
+    let (ll, ifname) = node1_link_local(&lab)?;
+    let pcap = lab
+        .node(1)
+        .state_dir()
+        .join(format!("rfc2545-{}.pcap", kind.name()));
+    let capture = testkit::Capture::start(lab.node(1), &ifname, &pcap, &["tcp", "port", "179"])?;
+    let at = L2Router::of(kind);
+    let router = lab.start_l2_router(
+        &at.config()
+            .neighbor(Neighbor::new(node1_v6(), plan::NODE_AS))
+            .neighbor(
+                Neighbor::new(node1_v4(), plan::NODE_AS).families(&[Family::Ipv4, Family::Ipv6]),
+            ),
+    )?;
+    // One speaker per session, one at a time: first the IPv6 session.
+    for (session_family, prefix) in [
+        (Family::Ipv6, "2001:db8:100::61/128"),
+        (Family::Ipv4, "2001:db8:100::62/128"),
+    ] {
+        let speaker = Speaker::start(lab.node(1), ebgp_spec(&at, session_family, &[prefix]))?;
+        let addr = at_local(session_family);
+        wait_router_established(&router, addr, &speaker)?;
+        let routes =
+            wait_prefixes(&router, Family::Ipv6, &[prefix]).with_context(|| speaker.log())?;
+        let path = routes
+            .iter()
+            .find(|r| r.prefix == prefix)
+            .context("the path")?;
+        let hops: Vec<IpAddr> = path
+            .next_hops
+            .iter()
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        match &router {
+            // GoBGP's CLI and JSON show the MP_REACH next hop's global
+            // address only (the link-local one is checked on the wire).
+            Router::Gobgp(_) => {
+                ensure!(hops == [node1_v6()], "{prefix}: next hops {hops:?}");
+            }
+            _ => {
+                let mut sorted = hops.clone();
+                sorted.sort();
+                let mut want = vec![node1_v6(), ll];
+                want.sort();
+                ensure!(
+                    sorted == want,
+                    "{prefix}: next hops {hops:?}, want {want:?}"
+                );
+                // The global slot holds the global address.
+                ensure!(hops[0] == node1_v6(), "{prefix}: global slot {hops:?}");
+            }
+        }
+        if let Router::Frr(frr) = &router {
+            let fib = testkit::wait_until(ROUTE_TIMEOUT, Duration::from_millis(250), || {
+                let v = frr
+                    .show_json(&format!("show ipv6 route {prefix} json"))
+                    .map_err(|e| format!("{e:#}"))?;
+                let hops: Vec<String> = v[prefix]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|r| r["selected"].as_bool() == Some(true))
+                    .flat_map(|r| r["nexthops"].as_array().cloned().unwrap_or_default())
+                    .filter(|n| n["active"].as_bool() == Some(true))
+                    .filter_map(|n| n["ip"].as_str().map(str::to_owned))
+                    .collect();
+                if hops.is_empty() {
+                    Err(format!("{prefix} not in FRR's FIB: {v}"))
+                } else {
+                    Ok(hops)
+                }
+            })?;
+            ensure!(
+                fib.iter().all(|h| h
+                    .parse::<IpAddr>()
+                    .ok()
+                    .is_some_and(|h| h == ll || h == node1_v6())),
+                "{prefix}: FIB next hops {fib:?}"
+            );
+        }
+        stop_and_wait_withdrawn(speaker, &router, &[Family::Ipv6])?;
+    }
+    let pcap = capture.stop()?;
+    let out = std::process::Command::new("tcpdump")
+        .arg("-r")
+        .arg(&pcap)
+        .args(["-nn", "-vvv"])
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let want = format!("nexthop: {}, {ll}, nh-length: 32", node1_v6());
+    let seen = text.matches(&want).count();
+    ensure!(
+        seen >= 2,
+        "both sessions' MP_REACH should carry {want:?} ({seen} seen):\n{text}"
+    );
+    ensure!(
+        !text.contains(&format!("nexthop: {ll}")),
+        "a link-local address in the global slot:\n{text}"
+    );
+    Ok(())
+}
+
+/// node-1's address of `family` (the session's local address).
+fn at_local(family: Family) -> IpAddr {
+    match family {
+        Family::Ipv4 => node1_v4(),
+        Family::Ipv6 => node1_v6(),
+    }
+}
+
+#[test]
+fn ipv6_next_hop_rfc2545_frr() -> Result<()> {
+    ipv6_next_hop_rfc2545(RouterKind::Frr)
+}
+
+#[test]
+fn ipv6_next_hop_rfc2545_bird() -> Result<()> {
+    ipv6_next_hop_rfc2545(RouterKind::Bird)
+}
+
+#[test]
+fn ipv6_next_hop_rfc2545_gobgp() -> Result<()> {
+    ipv6_next_hop_rfc2545(RouterKind::Gobgp)
+}
+
 // ---------------------------------------------------------------- multihop
 
 /// eBGP multihop through the router to a router of `kind` in `far`

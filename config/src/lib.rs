@@ -9,6 +9,7 @@ pub mod crd;
 pub mod gofmt;
 pub mod load;
 pub mod names;
+pub mod overlap;
 pub mod resources;
 pub mod selector;
 

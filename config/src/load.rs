@@ -39,7 +39,8 @@ use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -64,6 +65,11 @@ pub struct LoadOptions {
     pub max_file_bytes: u64,
     /// Largest total of all inputs accepted, in bytes.
     pub max_total_bytes: u64,
+    /// Also keep Services (`v1`) and EndpointSlices (`discovery.k8s.io/v1`),
+    /// of any namespace, in [`Loaded::services`] and
+    /// [`Loaded::endpoint_slices`] (`metallbctl explain` on files); they are
+    /// never configuration.
+    pub workloads: bool,
 }
 
 impl Default for LoadOptions {
@@ -73,6 +79,7 @@ impl Default for LoadOptions {
             strict: false,
             max_file_bytes: 16 * 1024 * 1024,
             max_total_bytes: 64 * 1024 * 1024,
+            workloads: false,
         }
     }
 }
@@ -345,6 +352,11 @@ pub struct Loaded {
     pub warnings: Vec<UnknownField>,
     /// Skipped objects and other remarks.
     pub notes: Vec<Note>,
+    /// Services read ([`LoadOptions::workloads`]; a missing namespace is
+    /// `default`).
+    pub services: Vec<Arc<Service>>,
+    /// EndpointSlices read ([`LoadOptions::workloads`]).
+    pub endpoint_slices: Vec<Arc<EndpointSlice>>,
 }
 
 /// Reads files, directories or text into [`Loaded`].
@@ -371,6 +383,8 @@ pub struct Loader {
     warnings: Vec<UnknownField>,
     notes: Vec<Note>,
     total_bytes: u64,
+    services: Vec<Arc<Service>>,
+    endpoint_slices: Vec<Arc<EndpointSlice>>,
 }
 
 #[derive(Debug)]
@@ -406,6 +420,8 @@ impl Loader {
             warnings: Vec::new(),
             notes: Vec::new(),
             total_bytes: 0,
+            services: Vec::new(),
+            endpoint_slices: Vec::new(),
         }
     }
 
@@ -549,6 +565,8 @@ impl Loader {
             objects,
             warnings: self.warnings,
             notes: self.notes,
+            services: self.services,
+            endpoint_slices: self.endpoint_slices,
         }
     }
 
@@ -647,6 +665,28 @@ impl Loader {
                                   configuration from a ConfigMap; convert it to metallb.io objects"
                             .to_owned(),
                     });
+                    return Ok(());
+                }
+                _ => {}
+            }
+        }
+        if self.opts.workloads {
+            match (api_version.as_str(), kind.as_str()) {
+                ("v1", "Service") => {
+                    let mut svc: Box<Service> = self.decode(&obj, &kind, &value)?;
+                    svc.metadata
+                        .namespace
+                        .get_or_insert_with(|| "default".into());
+                    self.services.push(Arc::new(*svc));
+                    return Ok(());
+                }
+                ("discovery.k8s.io/v1", "EndpointSlice") => {
+                    let mut slice: Box<EndpointSlice> = self.decode(&obj, &kind, &value)?;
+                    slice
+                        .metadata
+                        .namespace
+                        .get_or_insert_with(|| "default".into());
+                    self.endpoint_slices.push(Arc::new(*slice));
                     return Ok(());
                 }
                 _ => {}

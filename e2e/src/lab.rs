@@ -492,7 +492,10 @@ pub struct TestNamespace {
 }
 
 impl TestNamespace {
+    /// Deletes the namespace, after releasing the harness's terminating backend Pods
+    /// (their finalizer would keep the namespace Terminating).
     pub async fn delete(self) -> Result<()> {
+        crate::services::release_backends(&self.client, &self.name).await?;
         Api::<Namespace>::all(self.client)
             .delete(&self.name, &DeleteParams::background())
             .await

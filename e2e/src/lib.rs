@@ -11,9 +11,10 @@
 //!
 //! Helpers:
 //! - [`wait_until`]: polls and, on timeout, reports what it observed;
-//! - [`Lab::create_lb_service`] / [`Lab::set_endpoints`]: LoadBalancer Services with the
-//!   EndpointSlices the kube-controller-manager would make (the lab runs no EndpointSlice
-//!   controller);
+//! - [`Lab::create_lb_service`] / [`Lab::set_endpoints`]: LoadBalancer Services with a
+//!   selector and real backend Pods (never run; their status patched, Ready or not,
+//!   terminating ones held by a finalizer of the harness), whose EndpointSlices the lab's
+//!   kube-controller-manager makes; both return once the slices show what was asked;
 //! - [`Lab::token`] / [`Lab::client_with_token`] / [`Lab::client_as`]: TokenRequest tokens
 //!   and clients that act as a ServiceAccount, so that RBAC is what is tested;
 //!   [`Lab::wait_allowed`] waits until just-written RBAC reaches the authorizer;
@@ -47,7 +48,9 @@ pub use audit::{Audit, AuditCount, AuditFilter, AuditWrite};
 pub use controller::{ControllerSetup, RunningController};
 pub use lab::{KubectlOutput, Lab, LabEnv, TestNamespace, metallb_resource, unique_suffix};
 pub use nodes::NodeNetwork;
-pub use services::{EndpointSpec, LbService, SERVICE_NAME_LABEL};
+pub use services::{
+    BACKEND_OF_LABEL, EndpointSpec, HOLD_FINALIZER, LbService, SERVICE_NAME_LABEL, release_backends,
+};
 pub use tokens::Forbidden;
 pub use wait::wait_until;
 

@@ -234,6 +234,9 @@ impl SpeakerLab {
                 "metadata": {"name": name, "labels": {"app": "metallb", "component": "speaker"}},
                 "spec": {
                     "nodeName": plan::node_name(n),
+                    // Deleted at once with the namespace: a graceful deletion of a Pod
+                    // on a node waits for a kubelet, and the lab has none.
+                    "terminationGracePeriodSeconds": 0,
                     "hostNetwork": true,
                     "serviceAccountName": "speaker",
                     "containers": [{"name": "speaker", "image": "metallb-rs/speaker:e2e"}],
@@ -483,7 +486,8 @@ impl SpeakerLab {
         self.apply("BGPAdvertisement", "adv", adv_spec).await
     }
 
-    /// Creates `svc` (its class set to the speakers') with its EndpointSlices, and sets
+    /// Creates `svc` (its class set to the speakers') with its backend Pods (returning once
+    /// the lab's EndpointSlice controller's slices show them), and sets
     /// its `status.loadBalancer.ingress` to `ips` with the pool annotation, as the
     /// controller would (no controller runs: the addresses are the test's choice).
     pub async fn create_service(&self, svc: LbService, ips: &[IpAddr]) -> Result<Service> {
@@ -701,7 +705,12 @@ impl SpeakerLab {
                 Err(e) => s.push_str(&format!("--- speaker {} metrics: {e:#}\n", sp.node)),
             }
         }
-        for kind in ["BGPSessionStatus", "ServiceBGPStatus", "ConfigurationState"] {
+        for kind in [
+            "BGPSessionStatus",
+            "ServiceBGPStatus",
+            "ServiceL2Status",
+            "ConfigurationState",
+        ] {
             match self.list(kind, None).await {
                 Ok(l) => {
                     s.push_str(&format!("--- {kind} in {}:\n", self.namespace()));
@@ -777,6 +786,7 @@ fn ours_or_not_debug(line: &str) -> bool {
         "speaker",
         "bgp",
         "bfd",
+        "arp_ndp",
         "status",
         "cluster_view",
         "daemon",

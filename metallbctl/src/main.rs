@@ -6,6 +6,7 @@
 
 mod bfd_probe;
 mod bgp_probe;
+mod explain;
 mod l2_announce;
 mod validate;
 
@@ -47,6 +48,9 @@ enum Command {
     /// Own IPs on an interface (ARP/NDP answers, gratuitous burst) and print
     /// requests, gratuitous packets and counters as JSON lines until Ctrl-C.
     L2Announce(l2_announce::Args),
+    /// Explain, node by node, why a Service is (not) announced, with the
+    /// speaker's own decisions run on the objects of the given files.
+    Explain(explain::Args),
 }
 
 fn main() -> ExitCode {
@@ -56,6 +60,7 @@ fn main() -> ExitCode {
         Command::BgpProbe(args) => bgp_probe::run(args),
         Command::BfdProbe(args) => bfd_probe::run(args),
         Command::L2Announce(args) => l2_announce::run(args),
+        Command::Explain(args) => explain::run(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("metallbctl: {e:#}");

@@ -65,7 +65,12 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
     }
     let loaded = loader.finish();
-    let parsed = config::parse(&loaded.resources);
+    // Selector combinations that cannot overlap: warnings, when Nodes are given.
+    let parsed = config::parse(&loaded.resources).map(|mut c| {
+        let extra = config::overlap::selector_warnings(&c, &loaded.resources.nodes);
+        c.warnings.extend(extra);
+        c
+    });
     let violations = schema_violations(&loaded.objects);
     let valid = parsed.is_ok() && violations.is_empty();
     match args.output {
@@ -80,7 +85,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }))
 }
 
-fn add(loader: &mut Loader, path: &Path) -> Result<(), LoadError> {
+pub(crate) fn add(loader: &mut Loader, path: &Path) -> Result<(), LoadError> {
     if path.as_os_str() == "-" {
         loader.add_reader("<stdin>", io::stdin().lock())
     } else {

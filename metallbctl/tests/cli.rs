@@ -381,3 +381,43 @@ fn metallb_documentation_examples_are_valid() {
     let out = child.wait_with_output().unwrap();
     assert_exit(&out, 0);
 }
+
+/// A configuration MetalLB accepts under which a pool is never announced: valid
+/// (exit 0), with a warning naming the object and the fields to change.
+#[test]
+fn selectors_that_cannot_overlap_are_warned() {
+    let out = validate(&["unannounced.yaml"]);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert!(text.starts_with("configuration is valid\n"), "{text}");
+    assert!(
+        text.contains(
+            "warnings:\n  BGPAdvertisement/edge: no BGPPeer runs on the nodes it selects \
+             (worker-1): pool(s) edge are not announced (BGPPeer spec.nodeSelectors or this \
+             advertisement's spec.nodeSelectors)\n"
+        ),
+        "{text}"
+    );
+    // Fixed (the advertisement selects the edge nodes): no warning.
+    let fixed = std::fs::read_to_string(fixtures().join("unannounced.yaml"))
+        .unwrap()
+        .replace(
+            "  - matchLabels: {role: worker}",
+            "  - matchLabels: {role: edge}",
+        );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_metallbctl"))
+        .args(["validate", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("metallbctl runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(fixed.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_exit(&out, 0);
+    assert!(!stdout(&out).contains("warnings:"), "{}", stdout(&out));
+}

@@ -1,5 +1,6 @@
-//! metallb-rs speaker: decides what its node announces and (next) drives the `bgp`,
-//! `bfd` and `arp-ndp` crates.
+//! metallb-rs speaker: decides what its node announces and drives the `bgp`, `bfd`
+//! and `arp-ndp` crates (BGP: [`bgp_speaker`], [`bgp_edge`]; layer 2:
+//! [`decide::l2`], [`l2_speaker`], [`l2_edge`]; both under [`node`]).
 //!
 //! What exists so far is the configuration half, pure and shared with `metallbctl`
 //! later:
@@ -16,7 +17,11 @@ pub mod bgp_edge;
 pub mod bgp_speaker;
 pub mod config_state;
 pub mod decide;
+pub mod explain;
 pub mod flags;
+pub mod l2_edge;
+pub mod l2_speaker;
+pub mod liveness;
 pub mod metrics;
 pub mod node;
 pub mod node_config;

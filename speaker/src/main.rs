@@ -9,8 +9,13 @@
 //! routes of every Service this node announces (MetalLB's decisions, in
 //! [`speaker::decide`]), BFD gating, `BGPSessionStatus` and `ServiceBGPStatus` objects,
 //! `metallb_speaker_announced` and `metallb_bgp_*` / `metallb_bfd_*` metrics,
-//! `nodeAssigned` events. L2 mode comes next.
+//! `nodeAssigned` events. Layer 2 mode: MetalLB's election ([`speaker::decide::l2`]),
+//! the `arp-ndp` responder (started when the first L2Advertisement appears), claims per
+//! Service, `ServiceL2Status` objects, `announceFailed` / `nodeAssigned` events. The live
+//! speakers are "every known Node" (MetalLB with memberlist disabled) until the
+//! membership protocol feeds [`speaker::liveness`].
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +24,8 @@ use bgp::listener::Listeners;
 use clap::{CommandFactory, FromArgMatches, Parser};
 use cluster_view::{Batch, ClusterView, Kind};
 use config::api::v1beta1::{
-    BGPSessionStatus, ConfigurationState, MetalLBServiceBGPStatus, ServiceBGPStatus,
+    BGPSessionStatus, ConfigurationState, InterfaceInfo, MetalLBServiceBGPStatus,
+    MetalLBServiceL2Status, ServiceBGPStatus, ServiceL2Status,
 };
 use config::api::{LABEL_NODE, LABEL_PEER, LABEL_SERVICE_NAME, LABEL_SERVICE_NAMESPACE};
 use daemon::events::{Events, Note};
@@ -35,7 +41,9 @@ use speaker::bgp_speaker::{BfdState, BgpSpeaker};
 use speaker::config_state::Loaded;
 use speaker::decide::NodeFacts;
 use speaker::decide::bgp::Options;
-use speaker::node::{Decided, LoadOutcome, NodeSpeaker};
+use speaker::l2_edge::EdgeL2;
+use speaker::liveness::Liveness;
+use speaker::node::{LoadOutcome, NodeSpeaker};
 use status::configuration_state::{self, Component};
 use status::{
     Desired, FIELD_MANAGER_SPEAKER, KubeStatusApi, LabelScope, Labels, StatusWriter, SystemClock,
@@ -62,7 +70,7 @@ struct Args {
     /// The node's address (accepted; MetalLB does not use it either).
     #[arg(long, env = "METALLB_HOST", default_value = "")]
     host: String,
-    /// Memberlist bind address (no effect yet: L2 failover comes with the L2 mode).
+    /// Memberlist bind address (no effect yet: L2 liveness comes with the membership protocol).
     #[arg(long, env = "METALLB_ML_BIND_ADDR", default_value = "")]
     ml_bindaddr: String,
     /// Memberlist bind port (no effect yet).
@@ -108,7 +116,7 @@ struct Args {
     /// pprof endpoint (no effect).
     #[arg(long, default_value = "")]
     pprof_bind_address: String,
-    /// Periodic gratuitous ARP/NA in seconds, 0 = off (no effect yet).
+    /// Periodic gratuitous ARP/NA after the takeover burst, in seconds (or a duration), 0 = off.
     #[arg(long, env = "METALLB_GRATUITOUS_ARP_INTERVAL", default_value = "0")]
     gratuitous_arp_interval: String,
     /// `native`, `frr` or `frr-k8s`: all run the native stack.
@@ -129,7 +137,6 @@ const NO_EFFECT_YET: &[&str] = &[
     "frrk8s_namespace",
     "frrk8s_secret_passthrough",
     "pprof_bind_address",
-    "gratuitous_arp_interval",
     "bgp_debounce_timeout",
     "tls_cipher_suites",
     "tls_curve_preferences",
@@ -156,6 +163,9 @@ fn main() -> Result<()> {
             "invalid --bgp-debounce-timeout {:?}: a positive number of milliseconds",
             args.bgp_debounce_timeout
         ),
+    }
+    if let Err(e) = speaker::l2_edge::parse_gratuitous_interval(&args.gratuitous_arp_interval) {
+        bail!("--gratuitous-arp-interval: {e}");
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -188,6 +198,18 @@ async fn run(args: Args) -> Result<()> {
     let status_metrics = status::Metrics::register(&registry)?;
     let bgp_metrics = bgp::metrics::BgpMetrics::register(&registry)?;
     let announced_metric = speaker::metrics::Announced::register(&registry, &node)?;
+    let l2_metrics = arp_ndp::metrics::Metrics::register(&registry)?;
+    let l2_driver_config = arp_ndp::linux::DriverConfig {
+        exclude: arp_ndp::interfaces::ExcludeList::load_or_default(std::path::Path::new(
+            arp_ndp::interfaces::DEFAULT_EXCLUDE_PATH,
+        ))?,
+        announce: speaker::l2_edge::announce_config(
+            speaker::l2_edge::parse_gratuitous_interval(&args.gratuitous_arp_interval)
+                .map_err(anyhow::Error::msg)?,
+        ),
+        metrics: Some(l2_metrics),
+        open_fault: None,
+    };
     // The BFD runtime: its own thread; without it BFD peers report why.
     let bfd_runtime = match bfd::Bfd::start(bfd::Config::default()) {
         Ok(b) => {
@@ -267,6 +289,13 @@ async fn run(args: Args) -> Result<()> {
         WriterConfig::default(),
         scope.clone(),
         Arc::new(SystemClock),
+        status_metrics.clone(),
+        budget.clone(),
+    );
+    let l2_status: StatusWriter<ServiceL2Status> = StatusWriter::labeled(
+        WriterConfig::default(),
+        scope.clone(),
+        Arc::new(SystemClock),
         status_metrics,
         budget,
     );
@@ -281,6 +310,15 @@ async fn run(args: Args) -> Result<()> {
             Api::<ServiceBGPStatus>::namespaced(client.clone(), &ns),
             watcher::Config::default().labels(&node_selector),
         )));
+        let w = l2_status.clone();
+        let api = KubeStatusApi::<ServiceL2Status>::new(client.clone(), FIELD_MANAGER_SPEAKER);
+        let stop = stopped();
+        tasks.push(tokio::spawn(async move { w.run(api, stop).await }));
+        watches.push(tokio::spawn(status::watch_into(
+            l2_status.clone(),
+            Api::<ServiceL2Status>::namespaced(client.clone(), &ns),
+            watcher::Config::default().labels(&node_selector),
+        )));
         let w = session_status.clone();
         let api = KubeStatusApi::<BGPSessionStatus>::new(client.clone(), FIELD_MANAGER_SPEAKER);
         let stop = stopped();
@@ -293,17 +331,13 @@ async fn run(args: Args) -> Result<()> {
     }
     let owner = status::own_pod_owner(client.clone(), &ns, &args.pod_name, &args.pod_uid).await;
 
-    // Events (`nodeAssigned`): sent by a task of their own, never by the loop.
-    let (event_tx, mut event_rx) = tokio::sync::mpsc::channel::<ObjectReference>(1024);
+    // Events (`nodeAssigned`, `announceFailed`): sent by a task of their own, never by
+    // the loop.
+    let (event_tx, mut event_rx) = tokio::sync::mpsc::channel::<(ObjectReference, Note)>(1024);
     tasks.push(tokio::spawn({
         let events = Events::new(client.clone(), "metallb-speaker", Some(node.clone()));
-        let note = Note {
-            warning: false,
-            reason: "nodeAssigned".into(),
-            message: format!("announcing from node {node:?} with protocol \"bgp\""),
-        };
         async move {
-            while let Some(r) = event_rx.recv().await {
+            while let Some((r, note)) = event_rx.recv().await {
                 events.publish(&r, &note, Duration::from_secs(5)).await;
             }
         }
@@ -320,12 +354,18 @@ async fn run(args: Args) -> Result<()> {
             ignore_exclude_lb: args.ignore_exclude_lb,
         },
         BgpSpeaker::new(&node, factory, bfd_ops, peer_tx),
-    );
+    )
+    .with_l2(EdgeL2::new());
+    let mut l2_driver: Option<tokio::task::JoinHandle<Result<(), arp_ndp::linux::DriverError>>> =
+        None;
+    // The live speakers: "every known Node" until membership feeds it.
+    let (_live_tx, mut liveness) = Liveness::memberlist_disabled();
     let out = Outputs {
         node: node.clone(),
         ns: ns.clone(),
         owner: owner.clone(),
         svc_status: svc_status.clone(),
+        l2_status: l2_status.clone(),
         session_status: session_status.clone(),
         announced: announced_metric.clone(),
         events: event_tx,
@@ -356,8 +396,10 @@ async fn run(args: Args) -> Result<()> {
             heartbeat.beat();
             let mut all = false;
             let mut keys: Vec<String> = Vec::new();
+            let mut refresh_nodes = false;
             if config_pending {
                 config_pending = false;
+                refresh_nodes = true;
                 match nodes.get(&ObjectRef::new(&node)) {
                     None => {
                         tracing::warn!(node, "its Node object does not exist (yet): waiting");
@@ -367,6 +409,33 @@ async fn run(args: Args) -> Result<()> {
                             .and_then(|r| config::parse(&r).map_err(|e| e.to_string()));
                         let outcome = speaker.load(parsed, NodeFacts::of(&me));
                         report_config(&speaker, &outcome, &metrics);
+                        // The responder starts with the first L2Advertisement.
+                        let wants_l2 = speaker
+                            .config()
+                            .is_some_and(|c| !c.l2_advertisements.is_empty());
+                        if wants_l2 && l2_driver.is_none() {
+                            // Tried again on the next configuration change when it fails.
+                            let start = tokio::time::timeout(
+                                Duration::from_secs(10),
+                                arp_ndp::linux::start(l2_driver_config.clone()),
+                            )
+                            .await;
+                            match start {
+                                Ok(Ok((handle, task))) => {
+                                    tracing::info!("layer-2 responder started");
+                                    speaker.l2().ops().set_handle(handle);
+                                    l2_driver = Some(task);
+                                    all = true;
+                                }
+                                Ok(Err(e)) => tracing::error!(
+                                    error = %e,
+                                    "the layer-2 responder cannot start (CAP_NET_RAW?): layer-2 addresses are not answered"
+                                ),
+                                Err(_) => tracing::error!(
+                                    "the layer-2 responder did not start within 10 s: layer-2 addresses are not answered"
+                                ),
+                            }
+                        }
                         for s in &outcome.skipped {
                             tracing::error!(
                                 peer = s.peer,
@@ -382,15 +451,31 @@ async fn run(args: Args) -> Result<()> {
                             Loaded::Invalid(e) => Err(e),
                             _ => Ok(()),
                         };
-                        writer.set_desired(
-                            component.key(&ns),
-                            configuration_state::desired(
-                                &component,
-                                &result,
-                                owner.clone(),
-                                configuration_state::now(),
-                            ),
+                        let mut desired = configuration_state::desired(
+                            &component,
+                            &result,
+                            owner.clone(),
+                            configuration_state::now(),
                         );
+                        // Selector combinations that cannot overlap, judged on the
+                        // whole configuration (not this node's share of it).
+                        if result.is_ok() {
+                            let all_objects = view.resources();
+                            let warnings = config::parse(&all_objects)
+                                .map(|c| config::overlap::selector_warnings(&c, &all_objects.nodes))
+                                .unwrap_or_default();
+                            let warnings: Vec<String> =
+                                warnings.iter().map(ToString::to_string).collect();
+                            if !warnings.is_empty() {
+                                tracing::warn!(?warnings, "configuration warnings");
+                            }
+                            desired.status = configuration_state::with_warnings(
+                                desired.status,
+                                &warnings,
+                                configuration_state::now(),
+                            );
+                        }
+                        writer.set_desired(component.key(&ns), desired);
                         all |= outcome.reprocess_all;
                     }
                 }
@@ -407,6 +492,9 @@ async fn run(args: Args) -> Result<()> {
             }
             keys.sort();
             keys.dedup();
+            if all || refresh_nodes {
+                all |= speaker.set_nodes(node_facts(&nodes));
+            }
             if speaker.config().is_some() {
                 let started = std::time::Instant::now();
                 let n = if all {
@@ -438,6 +526,7 @@ async fn run(args: Args) -> Result<()> {
                     synced = true;
                     svc_status.initial_sync_done();
                     session_status.initial_sync_done();
+                    l2_status.initial_sync_done();
                 }
             }
             // Wait for the next change, beating while idle.
@@ -463,6 +552,17 @@ async fn run(args: Args) -> Result<()> {
                     Some(ev) = bfd_events.recv() => {
                         on_bfd(&mut speaker, &ev);
                         out.apply(&mut speaker);
+                    }
+                    live = liveness.changed() => {
+                        if speaker.set_live(live) {
+                            batch = Some(Batch::All);
+                            break;
+                        }
+                    }
+                    r = async { l2_driver.as_mut().expect("guarded").await }, if l2_driver.is_some() => {
+                        l2_driver = None;
+                        tracing::error!(result = ?r.map(|r| r.map_err(|e| e.to_string())), "the layer-2 responder stopped");
+                        anyhow::bail!("the layer-2 responder stopped");
                     }
                     _ = tokio::time::sleep(Duration::from_secs(5)) => heartbeat.beat(),
                 }
@@ -503,7 +603,19 @@ async fn run(args: Args) -> Result<()> {
     outcome
 }
 
-type Speaker = NodeSpeaker<BgpFactory, RuntimeBfd>;
+type Speaker = NodeSpeaker<BgpFactory, RuntimeBfd, EdgeL2>;
+
+/// Every known Node's facts (the layer-2 candidates).
+fn node_facts(nodes: &Store<k8s_openapi::api::core::v1::Node>) -> BTreeMap<String, NodeFacts> {
+    nodes
+        .state()
+        .iter()
+        .map(|n| {
+            let f = NodeFacts::of(n);
+            (f.name.clone(), f)
+        })
+        .collect()
+}
 
 /// Decides each Service of `keys` again; returns how many.
 fn decide_services(
@@ -517,22 +629,27 @@ fn decide_services(
         let svc = services.get(&ObjectRef::new(name).within(ns));
         let slices = view.endpoint_slices_of(key);
         // MetalLB's log lines, on changes only.
-        match speaker.service(key, svc.as_deref(), &slices) {
-            Some(Decided {
-                result: Err(reason),
-                changed: true,
-            }) => {
-                tracing::info!(service = key, protocol = "bgp", reason = %reason, "serviceWithdrawn")
-            }
-            Some(Decided {
-                result: Ok(()),
-                changed: true,
-            }) => tracing::info!(service = key, protocol = "bgp", "serviceAnnounced"),
-            Some(d) => tracing::debug!(service = key, result = ?d.result, "unchanged"),
-            None => {}
+        if let Some(d) = speaker.service(key, svc.as_deref(), &slices) {
+            log_decision(key, "bgp", &d.result, d.changed);
+            log_decision(key, "layer2", &d.l2, d.l2_changed);
         }
     }
     keys.len()
+}
+
+fn log_decision(
+    key: &str,
+    protocol: &str,
+    result: &Result<(), speaker::decide::bgp::Reason>,
+    changed: bool,
+) {
+    match (result, changed) {
+        (Err(reason), true) => {
+            tracing::info!(service = key, protocol, reason = %reason, "serviceWithdrawn")
+        }
+        (Ok(()), true) => tracing::info!(service = key, protocol, "serviceAnnounced"),
+        (r, false) => tracing::debug!(service = key, protocol, result = ?r, "unchanged"),
+    }
 }
 
 fn on_bfd(speaker: &mut Speaker, ev: &bfd::BfdEvent) {
@@ -585,9 +702,29 @@ struct Outputs {
     ns: String,
     owner: Option<OwnerReference>,
     svc_status: StatusWriter<ServiceBGPStatus>,
+    l2_status: StatusWriter<ServiceL2Status>,
     session_status: StatusWriter<BGPSessionStatus>,
     announced: speaker::metrics::Announced,
-    events: tokio::sync::mpsc::Sender<ObjectReference>,
+    events: tokio::sync::mpsc::Sender<(ObjectReference, Note)>,
+}
+
+fn service_ref(key: &str) -> ObjectReference {
+    let (svc_ns, name) = key.split_once('/').unwrap_or(("", key));
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Service".into()),
+        namespace: Some(svc_ns.to_owned()),
+        name: Some(name.to_owned()),
+        ..Default::default()
+    }
+}
+
+fn service_identity(key: &str) -> Labels {
+    let (svc_ns, name) = key.split_once('/').unwrap_or(("", key));
+    Labels::from([
+        (LABEL_SERVICE_NAME.to_owned(), name.to_owned()),
+        (LABEL_SERVICE_NAMESPACE.to_owned(), svc_ns.to_owned()),
+    ])
 }
 
 impl Outputs {
@@ -616,17 +753,67 @@ impl Outputs {
         for (key, ip, on) in fx.announced_metric {
             self.announced.set(&key, "bgp", ip, on);
         }
-        for key in fx.node_assigned {
-            let (svc_ns, name) = key.split_once('/').unwrap_or(("", &key));
-            let r = ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Service".into()),
-                namespace: Some(svc_ns.to_owned()),
-                name: Some(name.to_owned()),
-                ..Default::default()
-            };
-            if self.events.try_send(r).is_err() {
-                tracing::debug!(service = key, "event queue full: nodeAssigned dropped");
+        for (key, ip, on) in fx.l2_announced_metric {
+            self.announced.set(&key, "layer2", ip, on);
+        }
+        for (key, interfaces) in fx.l2_status {
+            let identity = service_identity(&key);
+            match interfaces {
+                Some(interfaces) => {
+                    let (svc_ns, name) = key.split_once('/').unwrap_or(("", &key));
+                    self.l2_status.set_labeled(
+                        identity.clone(),
+                        Desired::new(MetalLBServiceL2Status {
+                            node: self.node.clone(),
+                            service_name: name.to_owned(),
+                            service_namespace: svc_ns.to_owned(),
+                            interfaces: interfaces
+                                .into_iter()
+                                .map(|name| InterfaceInfo { name })
+                                .collect(),
+                        })
+                        .owner(self.owner.clone()),
+                    );
+                    // The node field is immutable: the former owner's object goes.
+                    self.l2_status.delete_others(identity);
+                }
+                None => self.l2_status.remove_labeled(identity),
+            }
+        }
+        let assigned = |protocol: &str| Note {
+            warning: false,
+            reason: "nodeAssigned".into(),
+            message: format!(
+                "announcing from node {} with protocol {}",
+                config::gofmt::quote(&self.node),
+                config::gofmt::quote(protocol)
+            ),
+        };
+        let notes = fx
+            .node_assigned
+            .into_iter()
+            .map(|k| (k, assigned("bgp")))
+            .chain(
+                fx.l2_node_assigned
+                    .into_iter()
+                    .map(|k| (k, assigned("layer2"))),
+            )
+            .chain(fx.announce_failed.into_iter().map(|(k, ip)| {
+                let note = Note {
+                    warning: true,
+                    reason: "announceFailed".into(),
+                    message: format!(
+                        "the interfaces specified by LB IP {} doesn't exist in assigned node {} with protocol \"layer2\"",
+                        config::gofmt::quote(&config::gofmt::ip(ip)),
+                        config::gofmt::quote(&self.node)
+                    ),
+                };
+                tracing::warn!(service = k, %ip, "the interfaces of the address do not exist on this node");
+                (k, note)
+            }));
+        for (key, note) in notes {
+            if self.events.try_send((service_ref(&key), note)).is_err() {
+                tracing::debug!(service = key, "event queue full: event dropped");
             }
         }
         for (peer, status) in speaker.bgp().take_status_changes() {

@@ -2,11 +2,12 @@
 //! (last good kept), the own Node, the decision per Service, the BGP
 //! sessions and routes ([`BgpSpeaker`]), and what to tell the cluster
 //! (ServiceBGPStatus objects, `metallb_speaker_announced`, `nodeAssigned`
-//! events, BGPSessionStatus objects). The daemon feeds it watch changes and
-//! session events and carries out [`Effects`]; tests drive it with fake
-//! sessions.
+//! events, BGPSessionStatus objects); the layer-2 election and claims
+//! ([`L2Speaker`]: ServiceL2Status, `announceFailed`). The daemon feeds it
+//! watch changes, the live speakers ([`NodeSpeaker::set_live`]) and session
+//! events and carries out [`Effects`]; tests drive it with fakes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -18,7 +19,9 @@ use crate::bgp_speaker::{BfdOps, BgpSpeaker, Closing, SessionFactory};
 use crate::config_state::{ConfigTracker, Loaded};
 use crate::decide::NodeFacts;
 use crate::decide::bgp::{self, Options, Reason};
+use crate::decide::l2;
 use crate::decide::sessions;
+use crate::l2_speaker::{L2Ops, L2Speaker, NoL2};
 
 /// What one Service is on this node (BGP).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,6 +43,15 @@ pub struct Effects {
     pub announced_metric: Vec<(String, IpAddr, bool)>,
     /// Services that became announced: the `nodeAssigned` event.
     pub node_assigned: Vec<String>,
+    /// ServiceL2Status per Service key: `Some(interfaces)` to write (sorted;
+    /// empty: all), `None` to delete.
+    pub l2_status: BTreeMap<String, Option<Vec<String>>>,
+    /// `metallb_speaker_announced{service, protocol="layer2", node, ip}`.
+    pub l2_announced_metric: Vec<(String, IpAddr, bool)>,
+    /// Services that became announced in layer 2 (`nodeAssigned`).
+    pub l2_node_assigned: Vec<String>,
+    /// Addresses whose interfaces do not exist here (`announceFailed`).
+    pub announce_failed: Vec<(String, IpAddr)>,
 }
 
 impl Effects {
@@ -48,16 +60,25 @@ impl Effects {
         self.service_status.is_empty()
             && self.announced_metric.is_empty()
             && self.node_assigned.is_empty()
+            && self.l2_status.is_empty()
+            && self.l2_announced_metric.is_empty()
+            && self.l2_node_assigned.is_empty()
+            && self.announce_failed.is_empty()
     }
 }
 
 /// The speaker of one node.
-pub struct NodeSpeaker<F: SessionFactory, B: BfdOps> {
+pub struct NodeSpeaker<F: SessionFactory, B: BfdOps, L: L2Ops = NoL2> {
     options: Options,
     tracker: ConfigTracker,
     facts: Option<NodeFacts>,
     bgp: BgpSpeaker<F, B>,
     announced: BTreeMap<String, Announced>,
+    /// Every known Node (the layer-2 candidates).
+    nodes: BTreeMap<String, NodeFacts>,
+    /// The live speakers; `None`: membership off (every known Node).
+    live: Option<BTreeSet<String>>,
+    l2: L2Speaker<L>,
     effects: Effects,
 }
 
@@ -68,6 +89,11 @@ pub struct Decided {
     pub result: Result<(), Reason>,
     /// Whether what this node announces for it changed (addresses or peers).
     pub changed: bool,
+    /// Layer 2: announced from this node, or why not.
+    pub l2: Result<(), Reason>,
+    /// Whether what this node announces in layer 2 for it changed (started,
+    /// ended, or addresses).
+    pub l2_changed: bool,
 }
 
 /// The outcome of [`NodeSpeaker::load`].
@@ -82,8 +108,9 @@ pub struct LoadOutcome {
     pub skipped: Vec<sessions::Skipped>,
 }
 
-impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B> {
-    /// A speaker with no configuration yet.
+impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B, NoL2> {
+    /// A speaker with no configuration yet (and no layer-2 responder: see
+    /// [`NodeSpeaker::with_l2`]).
     pub fn new(options: Options, bgp: BgpSpeaker<F, B>) -> Self {
         Self {
             options,
@@ -91,8 +118,57 @@ impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B> {
             facts: None,
             bgp,
             announced: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            live: None,
+            l2: L2Speaker::new(NoL2),
             effects: Effects::default(),
         }
+    }
+
+    /// The same speaker, answering layer 2 through `ops` (before any
+    /// Service is decided).
+    pub fn with_l2<L: L2Ops>(self, ops: L) -> NodeSpeaker<F, B, L> {
+        NodeSpeaker {
+            options: self.options,
+            tracker: self.tracker,
+            facts: self.facts,
+            bgp: self.bgp,
+            announced: self.announced,
+            nodes: self.nodes,
+            live: self.live,
+            l2: L2Speaker::new(ops),
+            effects: self.effects,
+        }
+    }
+}
+
+impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
+    /// Every known Node (the layer-2 candidates). Returns whether something
+    /// the election reads changed (then every Service must be decided
+    /// again).
+    pub fn set_nodes(&mut self, nodes: BTreeMap<String, NodeFacts>) -> bool {
+        if self.nodes == nodes {
+            return false;
+        }
+        self.nodes = nodes;
+        true
+    }
+
+    /// The live speakers, from the membership protocol (`None`: membership
+    /// off, every known Node counts, MetalLB's "memberlist disabled").
+    /// Returns whether it changed (then every Service must be decided
+    /// again).
+    pub fn set_live(&mut self, live: Option<BTreeSet<String>>) -> bool {
+        if self.live == live {
+            return false;
+        }
+        self.live = live;
+        true
+    }
+
+    /// The layer-2 half.
+    pub fn l2(&mut self) -> &mut L2Speaker<L> {
+        &mut self.l2
     }
 
     /// Takes the latest configuration (parsed for this node) and the own
@@ -147,6 +223,33 @@ impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B> {
         let (Some(cfg), Some(facts)) = (self.tracker.running(), self.facts.as_ref()) else {
             return None;
         };
+        let l2_decision = l2::decide(
+            cfg,
+            &facts.name,
+            l2::Cluster {
+                nodes: &self.nodes,
+                live: self.live.as_ref(),
+            },
+            svc,
+            slices,
+            &self.options,
+        );
+        let l2_change = self.l2.set_service(key, l2_decision.result.as_ref().ok());
+        let l2_changed = l2_change.assigned || l2_change.metric.iter().any(|(_, on)| !on);
+        if let Some(status) = l2_change.status {
+            self.effects.l2_status.insert(key.to_owned(), status);
+        }
+        for (ip, on) in l2_change.metric {
+            self.effects
+                .l2_announced_metric
+                .push((key.to_owned(), ip, on));
+        }
+        if l2_change.assigned {
+            self.effects.l2_node_assigned.push(key.to_owned());
+        }
+        for ip in l2_change.failed {
+            self.effects.announce_failed.push((key.to_owned(), ip));
+        }
         let decision = bgp::decide(cfg, facts, svc, slices, &self.options);
         let (routes, now) = match &decision {
             Ok(a) => (
@@ -201,12 +304,16 @@ impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B> {
         Some(Decided {
             result: decision.map(|_| ()),
             changed,
+            l2: l2_decision.result.map(|_| ()),
+            l2_changed,
         })
     }
 
-    /// Keys of the Services announced now.
+    /// Keys of the Services announced now (BGP or layer 2).
     pub fn announced(&self) -> impl Iterator<Item = &str> {
-        self.announced.keys().map(String::as_str)
+        let mut keys: BTreeSet<&str> = self.announced.keys().map(String::as_str).collect();
+        keys.extend(self.l2.announced());
+        keys.into_iter()
     }
 
     /// Sends the sessions their changed routes.

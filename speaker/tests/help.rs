@@ -6,8 +6,7 @@ use std::path::Path;
 
 use testkit::help::{Allowed, check_claims, check_no_effect_warnings, help_of, unfinished_claims};
 
-const NOT_YET: &str = "gratuitous ARP/NA comes with the L2 mode";
-const MEMBERLIST: &str = "memberlist (L2 liveness) comes with the L2 mode";
+const MEMBERLIST: &str = "memberlist (L2 liveness) comes with the membership protocol";
 const FRR: &str = "every METALLB_BGP_TYPE runs the native stack: FRR's settings mean nothing";
 
 const ALLOWED: &[Allowed] = &[
@@ -35,11 +34,6 @@ const ALLOWED: &[Allowed] = &[
         command: "speaker",
         flag: "--ml-wan-config",
         reason: MEMBERLIST,
-    },
-    Allowed {
-        command: "speaker",
-        flag: "--gratuitous-arp-interval",
-        reason: NOT_YET,
     },
     Allowed {
         command: "speaker",

@@ -153,6 +153,57 @@ const USED: &[(&str, &str, &str, &str, &str)] = &[
         "patch",
         "status writer apply",
     ),
+    // ServiceL2Status of the Services this node announces in layer 2 (label-keyed
+    // writer; the owner also deletes the other nodes' objects of its Services).
+    (
+        "metallb.io",
+        "servicel2statuses",
+        "*",
+        "create",
+        "status writer create (generateName l2-)",
+    ),
+    (
+        "metallb.io",
+        "servicel2statuses",
+        "*",
+        "get",
+        "status writer Fetch",
+    ),
+    (
+        "metallb.io",
+        "servicel2statuses",
+        "*",
+        "list",
+        "status::watch_into (label metallb.io/node); delete_others sweep",
+    ),
+    (
+        "metallb.io",
+        "servicel2statuses",
+        "*",
+        "watch",
+        "status::watch_into",
+    ),
+    (
+        "metallb.io",
+        "servicel2statuses",
+        "*",
+        "patch",
+        "status writer metadata apply",
+    ),
+    (
+        "metallb.io",
+        "servicel2statuses",
+        "*",
+        "delete",
+        "status writer: no longer announced; the former owner's object",
+    ),
+    (
+        "metallb.io",
+        "servicel2statuses/status",
+        "*",
+        "patch",
+        "status writer apply",
+    ),
     (
         "metallb.io",
         "bgpsessionstatuses",

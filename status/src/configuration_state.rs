@@ -107,6 +107,34 @@ pub fn invalid(component: &Component, error: &dyn Display, now: Time) -> Configu
     }
 }
 
+/// The condition type of configuration warnings (selector combinations that
+/// cannot overlap, `config::overlap`): present with status `True` while
+/// there are warnings; it never makes the configuration `Invalid`.
+pub const CONDITION_WARNINGS: &str = "ConfigurationWarnings";
+/// Its reason.
+pub const REASON_SELECTORS_CANNOT_OVERLAP: &str = "SelectorsCannotOverlap";
+
+/// `status` with a [`CONDITION_WARNINGS`] condition listing `warnings`
+/// (none: unchanged). The condition's message is cut to the CRD's limit by
+/// the writer.
+pub fn with_warnings(
+    mut status: ConfigurationStateStatus,
+    warnings: &[String],
+    now: Time,
+) -> ConfigurationStateStatus {
+    if !warnings.is_empty() {
+        status.conditions.push(Condition {
+            type_: CONDITION_WARNINGS.to_owned(),
+            status: "True".to_owned(),
+            reason: REASON_SELECTORS_CANNOT_OVERLAP.to_owned(),
+            message: warnings.join("; "),
+            last_transition_time: now,
+            observed_generation: None,
+        });
+    }
+    status
+}
+
 /// [`valid`] or [`invalid`] from the outcome of loading a configuration.
 pub fn from_result<E: Display>(
     component: &Component,

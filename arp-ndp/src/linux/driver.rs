@@ -18,15 +18,16 @@ use thiserror::Error;
 use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 
-use super::membership::Memberships;
+use super::membership::{Memberships, Outcome};
 use super::netlink::{InterfaceWatcher, NetlinkError};
 use super::socket::{PacketSocket, Protocol};
 use crate::announce::AnnounceConfig;
+use crate::groups::{FailedGroup, GroupAction, GroupTable};
 use crate::interfaces::{AllowedInterfaces, ExcludeList, Interface};
 use crate::metrics::Metrics;
 use crate::packet::{ArpFrame, ArpOp, EthernetHeader, MacAddr};
 use crate::responder::{Decision, DropReason};
-use crate::state::{IpCounters, L2State, MembershipChange};
+use crate::state::{IpCounters, L2State};
 
 /// Largest frame read (jumbo frames); longer ones are truncated, which
 /// no ARP or NS frame is.
@@ -183,6 +184,7 @@ pub struct L2Handle {
     gratuitous: broadcast::Sender<GratuitousEvent>,
     netlink_overflows: Arc<AtomicU64>,
     failed: Arc<Mutex<BTreeMap<String, FailedInterface>>>,
+    groups: Arc<Mutex<GroupTable>>,
 }
 
 impl std::fmt::Debug for Command {
@@ -201,6 +203,10 @@ fn lock_failed(
     failed: &Mutex<BTreeMap<String, FailedInterface>>,
 ) -> MutexGuard<'_, BTreeMap<String, FailedInterface>> {
     failed.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn lock_groups(groups: &Mutex<GroupTable>) -> MutexGuard<'_, GroupTable> {
+    groups.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn lock(state: &Mutex<L2State>) -> MutexGuard<'_, L2State> {
@@ -298,6 +304,29 @@ impl L2Handle {
             .cloned()
             .collect()
     }
+
+    /// Solicited-node groups not joined although wanted (or not left
+    /// although unwanted), each waiting for its retry (1 s doubling to
+    /// 60 s, jittered). Empty when every owned IPv6 address has its group.
+    pub fn failed_groups(&self) -> Vec<FailedGroup> {
+        lock_groups(&self.groups).failed()
+    }
+
+    /// The solicited-node groups joined, as `(ifindex, interface, group)`
+    /// with the number of the membership socket holding each.
+    pub fn joined_groups(&self) -> Vec<((u32, String, std::net::Ipv6Addr), usize)> {
+        lock_groups(&self.groups)
+            .joined()
+            .iter()
+            .map(|(k, s)| (k.clone(), *s))
+            .collect()
+    }
+
+    /// Failed solicited-node join attempts since start (also the metric
+    /// `metallb_rs_layer2_group_join_failures_total` when metrics are on).
+    pub fn group_join_failures(&self) -> u64 {
+        lock_groups(&self.groups).join_failures()
+    }
 }
 
 struct IfSockets {
@@ -321,6 +350,10 @@ struct Driver {
     exclude: ExcludeList,
     sockets: BTreeMap<String, IfSockets>,
     memberships: Memberships,
+    /// Which group is joined on which membership socket; shared with the
+    /// handles.
+    groups: Arc<Mutex<GroupTable>>,
+    metrics: Option<Metrics>,
     frames_tx: mpsc::Sender<(String, Vec<u8>)>,
     frames_rx: mpsc::Receiver<(String, Vec<u8>)>,
     commands: mpsc::UnboundedReceiver<Command>,
@@ -345,6 +378,7 @@ pub async fn start(
     let watcher = InterfaceWatcher::start().await?;
     let netlink_overflows = watcher.overflow_counter();
     let mut state = L2State::new(cfg.announce);
+    let metrics = cfg.metrics.clone();
     if let Some(m) = cfg.metrics {
         state = state.with_metrics(m);
     }
@@ -359,6 +393,8 @@ pub async fn start(
         exclude: cfg.exclude,
         sockets: BTreeMap::new(),
         memberships: Memberships::new(),
+        groups: Arc::new(Mutex::new(GroupTable::new(jitter_seed()))),
+        metrics,
         frames_tx,
         frames_rx,
         commands,
@@ -379,6 +415,7 @@ pub async fn start(
         gratuitous,
         netlink_overflows,
         failed: d.failed.clone(),
+        groups: d.groups.clone(),
     };
     Ok((handle, tokio::spawn(d.run())))
 }
@@ -509,21 +546,56 @@ impl Driver {
             if let Some(s) = self.sockets.remove(&name) {
                 tracing::info!(interface = %name, "no longer responding on interface");
                 self.memberships.forget_interface(s.iface.index);
+                lock_groups(&self.groups).forget_interface(s.iface.index);
             }
         }
-        let changes = lock(&self.state).set_interfaces(now, usable);
-        self.apply_memberships(&changes);
+        lock(&self.state).set_interfaces(now, usable);
+        self.sync_groups(now);
         match first_err {
             Some(e) => Err(e),
             None => Ok(()),
         }
     }
 
-    fn apply_memberships(&mut self, changes: &[MembershipChange]) {
-        for c in changes {
-            if let Err(e) = self.memberships.apply(c) {
-                tracing::warn!(change = ?c, error = %e, "solicited-node membership change failed");
-            }
+    /// Brings the memberships in line with the groups the state wants.
+    fn sync_groups(&mut self, now: Instant) {
+        let wanted = lock(&self.state).memberships();
+        let actions = lock_groups(&self.groups).set_wanted(now, wanted);
+        self.carry_out(now, actions);
+    }
+
+    /// Carries out group actions, feeding each result back to the table
+    /// and carrying out what it asks next (a join moved to another socket,
+    /// a socket closed).
+    fn carry_out(&mut self, now: Instant, actions: Vec<GroupAction>) {
+        let mut queue = std::collections::VecDeque::from(actions);
+        while let Some(a) = queue.pop_front() {
+            let Some(a) = lock_groups(&self.groups).retarget(now, a) else {
+                continue;
+            };
+            let outcome = self.memberships.apply(&a);
+            let next = {
+                let mut groups = lock_groups(&self.groups);
+                match (&a, outcome) {
+                    (GroupAction::Join { key, socket }, Outcome::Joined(r)) => {
+                        if let Err(e) = &r {
+                            tracing::warn!(interface = %key.1, group = %key.2, socket, error = %e, "solicited-node group join failed");
+                            if let Some(m) = &self.metrics {
+                                m.group_join_failed(&key.1);
+                            }
+                        }
+                        groups.join_result(now, key, *socket, r)
+                    }
+                    (GroupAction::Leave { key, socket }, Outcome::Left(r)) => {
+                        if let Err(e) = &r {
+                            tracing::warn!(interface = %key.1, group = %key.2, socket, error = %e, "solicited-node group leave failed");
+                        }
+                        groups.leave_result(now, key, *socket, r)
+                    }
+                    _ => Vec::new(),
+                }
+            };
+            queue.extend(next);
         }
     }
 
@@ -554,7 +626,9 @@ impl Driver {
             Command::Release(owner, ip) => lock(&self.state).release(now, &owner, &ip),
             Command::ReleaseOwner(owner) => lock(&self.state).release_owner(now, &owner),
         };
-        self.apply_memberships(&changes);
+        if !changes.is_empty() {
+            self.sync_groups(now);
+        }
     }
 
     fn frame(&mut self, interface: &str, frame: &[u8]) {
@@ -612,10 +686,11 @@ impl Driver {
     async fn run(mut self) -> Result<(), DriverError> {
         loop {
             let retry = self.next_retry();
-            let wake = match (lock(&self.state).next_wakeup(), retry) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let group_retry = lock_groups(&self.groups).next_retry();
+            let wake = [lock(&self.state).next_wakeup(), retry, group_retry]
+                .into_iter()
+                .flatten()
+                .min();
             tokio::select! {
                 c = self.commands.recv() => match c {
                     Some(c) => self.command(c, Instant::now()),
@@ -634,9 +709,21 @@ impl Driver {
                 // Errors were logged and recorded; keep serving the rest.
                 let _ = self.reconcile(now);
             }
+            if group_retry.is_some_and(|r| r <= now) {
+                let actions = lock_groups(&self.groups).poll(now);
+                self.carry_out(now, actions);
+            }
             self.flush(now);
         }
     }
+}
+
+/// A seed for the group retry jitter: differs between processes and runs.
+fn jitter_seed() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    t ^ (u64::from(std::process::id()) << 32)
 }
 
 async fn sleep_until(wake: Option<Instant>) {

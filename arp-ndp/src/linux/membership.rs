@@ -1,28 +1,35 @@
-//! Solicited-node multicast group membership.
+//! Solicited-node multicast group membership sockets.
 //!
 //! Joining a group with `IPV6_ADD_MEMBERSHIP` makes the kernel send MLD
 //! reports (so snooping switches forward the solicitations to us) and
 //! program the NIC's multicast filter for `33:33:ff:XX:XX:XX`. Any IPv6
-//! socket can hold memberships; we use an unbound UDP socket, which never
-//! receives anything (no port) and needs no privilege, one per interface:
-//! the kernel charges each membership to its socket's option memory
-//! (`net.core.optmem_max`), so one socket per interface keeps the limit per
-//! interface rather than per host. The reference counting lives in
-//! [`crate::state::L2State`], which emits a join for the first user of a
-//! group on an interface and a leave for the last.
+//! socket can hold memberships; we use unbound UDP sockets, which never
+//! receive anything (no port) and need no privilege. The kernel charges
+//! each membership to its socket's option memory (`net.core.optmem_max`,
+//! per network namespace), so an interface may need several sockets: which
+//! group sits on which socket, and what to do when a join fails, is
+//! decided by the pure [`crate::groups::GroupTable`]; this module only
+//! carries out its actions.
 
 use std::collections::BTreeMap;
 use std::io;
-use std::net::Ipv6Addr;
 
 use socket2::{Domain, Socket, Type};
 
-use crate::state::MembershipChange;
+use crate::groups::{GroupAction, JoinError};
 
-/// Membership sockets by interface index.
+/// Membership sockets by interface index and slot number.
 #[derive(Debug, Default)]
 pub struct Memberships {
-    sockets: BTreeMap<u32, (Socket, usize)>,
+    sockets: BTreeMap<(u32, usize), Socket>,
+}
+
+/// The outcome of one [`GroupAction`].
+#[derive(Debug)]
+pub enum Outcome {
+    Joined(Result<(), JoinError>),
+    Left(Result<(), String>),
+    Closed,
 }
 
 impl Memberships {
@@ -31,47 +38,68 @@ impl Memberships {
         Self::default()
     }
 
-    /// Carries out one change. A leave on an interface that is gone is not
-    /// an error (the kernel dropped the membership with the interface).
-    pub fn apply(&mut self, change: &MembershipChange) -> io::Result<()> {
-        match change {
-            MembershipChange::Join { ifindex, group, .. } => self.join(*ifindex, *group),
-            MembershipChange::Leave { ifindex, group, .. } => self.leave(*ifindex, *group),
+    /// Carries out one action.
+    pub fn apply(&mut self, action: &GroupAction) -> Outcome {
+        match action {
+            GroupAction::Join {
+                key: (ifindex, _, group),
+                socket,
+            } => Outcome::Joined(self.join(*ifindex, *socket, group).map_err(join_error)),
+            GroupAction::Leave {
+                key: (ifindex, _, group),
+                socket,
+            } => Outcome::Left(
+                self.leave(*ifindex, *socket, group)
+                    .map_err(|e| e.to_string()),
+            ),
+            GroupAction::Close { ifindex, socket } => {
+                self.sockets.remove(&(*ifindex, *socket));
+                Outcome::Closed
+            }
         }
     }
 
-    fn join(&mut self, ifindex: u32, group: Ipv6Addr) -> io::Result<()> {
-        let (sock, count) = match self.sockets.entry(ifindex) {
+    fn join(&mut self, ifindex: u32, slot: usize, group: &std::net::Ipv6Addr) -> io::Result<()> {
+        let sock = match self.sockets.entry((ifindex, slot)) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
-                let s = Socket::new(Domain::IPV6, Type::DGRAM.cloexec(), None)?;
-                e.insert((s, 0))
+                e.insert(Socket::new(Domain::IPV6, Type::DGRAM.cloexec(), None)?)
             }
         };
-        sock.join_multicast_v6(&group, ifindex)?;
-        *count += 1;
-        Ok(())
+        sock.join_multicast_v6(group, ifindex)
     }
 
-    fn leave(&mut self, ifindex: u32, group: Ipv6Addr) -> io::Result<()> {
-        let Some((sock, count)) = self.sockets.get_mut(&ifindex) else {
+    /// A leave on an interface that is gone, or of a group the socket does
+    /// not hold, is not an error: nothing is held either way.
+    fn leave(&mut self, ifindex: u32, slot: usize, group: &std::net::Ipv6Addr) -> io::Result<()> {
+        let Some(sock) = self.sockets.get(&(ifindex, slot)) else {
             return Ok(());
         };
-        let r = sock.leave_multicast_v6(&group, ifindex);
-        *count = count.saturating_sub(1);
-        if *count == 0 {
-            // Closing the socket drops whatever it still held.
-            self.sockets.remove(&ifindex);
-        }
-        match r {
+        match sock.leave_multicast_v6(group, ifindex) {
             Err(e) if e.raw_os_error() == Some(libc::ENODEV) => Ok(()),
             Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => Ok(()),
             other => other,
         }
     }
 
-    /// Drops every membership on `ifindex` (the interface went away).
+    /// Closes every membership socket of `ifindex` (the interface went
+    /// away, and the kernel dropped its memberships with it).
     pub fn forget_interface(&mut self, ifindex: u32) {
-        self.sockets.remove(&ifindex);
+        self.sockets.retain(|(i, _), _| *i != ifindex);
+    }
+
+    /// Open membership sockets of `ifindex`.
+    pub fn sockets_on(&self, ifindex: u32) -> usize {
+        self.sockets.keys().filter(|(i, _)| *i == ifindex).count()
+    }
+}
+
+/// IPv6 answers a join past the socket's option memory with `ENOMEM`
+/// (IPv4 with `ENOBUFS`); both mean "this socket is full".
+fn join_error(e: io::Error) -> JoinError {
+    if matches!(e.raw_os_error(), Some(libc::ENOMEM | libc::ENOBUFS)) {
+        JoinError::NoBuffers
+    } else {
+        JoinError::Other(e.to_string())
     }
 }

@@ -66,6 +66,9 @@ struct RxSocket {
 struct SessionIo {
     key: SessionKey,
     socket: Option<UdpSocket>,
+    /// The source port of the session's control packets, kept when the
+    /// socket is reopened (RFC 5881 §4).
+    source_port: Option<u16>,
     status: watch::Sender<SessionStatus>,
     /// Control packets the kernel took (`sendto` succeeded).
     control_sent: u64,
@@ -505,6 +508,7 @@ impl EventLoop {
                     vrf_label: metrics::vrf_label(vrf).into(),
                     key,
                     socket: None,
+                    source_port: None,
                     status: tx,
                     control_sent: 0,
                     echo: None,
@@ -800,8 +804,11 @@ impl EventLoop {
             return;
         };
         if io.socket.is_none() {
-            match sys::tx_socket(&io.key, &mut self.rng) {
-                Ok(s) => io.socket = Some(s),
+            match sys::tx_socket(&io.key, &mut self.rng, io.source_port) {
+                Ok(s) => {
+                    io.source_port = s.local_addr().ok().map(|a| a.port());
+                    io.socket = Some(s);
+                }
                 Err(_) => {
                     Shared::bump(&self.shared.tx_errors);
                     return;

@@ -70,10 +70,16 @@ pub fn rx_socket(v6: bool, port: u16) -> io::Result<UdpSocket> {
 }
 
 /// The sending socket of a session (RFC 5881 §4, RFC 5883 §5): bound to the
-/// local address and a free source port in 49152-65535, TTL / hop limit
-/// 255, and bound to the session's interface when it has one
-/// (`SO_BINDTODEVICE`, which needs `CAP_NET_RAW`).
-pub fn tx_socket(key: &SessionKey, rng: &mut SplitMix64) -> io::Result<UdpSocket> {
+/// local address and a free source port in 49152-65535 (`keep`, the port
+/// of the session's previous socket, first: all control packets of a
+/// session use one source port), TTL / hop limit 255, and bound to the
+/// session's interface when it has one (`SO_BINDTODEVICE`, which needs
+/// `CAP_NET_RAW`).
+pub fn tx_socket(
+    key: &SessionKey,
+    rng: &mut SplitMix64,
+    keep: Option<u16>,
+) -> io::Result<UdpSocket> {
     let v6 = key.local.is_ipv6();
     let fd = udp_socket(v6)?;
     if let Some(interface) = &key.interface {
@@ -90,8 +96,9 @@ pub fn tx_socket(key: &SessionKey, rng: &mut SplitMix64) -> io::Result<UdpSocket
     socket::setsockopt(&fd, sockopt::RcvBuf, &1024)?;
     let span = u64::from(SOURCE_PORT_MAX - SOURCE_PORT_MIN) + 1;
     let mut last = Errno::EADDRINUSE;
-    for _ in 0..64 {
-        let port = SOURCE_PORT_MIN + (rng.next_u64() % span) as u16;
+    let kept = keep.filter(|p| (SOURCE_PORT_MIN..=SOURCE_PORT_MAX).contains(p));
+    let random = std::iter::repeat_with(|| SOURCE_PORT_MIN + (rng.next_u64() % span) as u16);
+    for port in kept.into_iter().chain(random).take(65) {
         match bind(&fd, SocketAddr::new(key.local, port)) {
             Ok(()) => return Ok(UdpSocket::from(fd)),
             Err(Errno::EADDRINUSE) => last = Errno::EADDRINUSE,
@@ -216,6 +223,32 @@ pub fn ipv4_forwarding(name: &str) -> Option<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// RFC 5881 §4: a session's control packets keep one source port; a
+    /// socket reopened after a send error binds the previous port again.
+    #[test]
+    fn a_reopened_tx_socket_keeps_its_source_port() {
+        let key = SessionKey::multi_hop("127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap());
+        let mut rng = SplitMix64::new(7);
+        let first = tx_socket(&key, &mut rng, None).unwrap();
+        let port = first.local_addr().unwrap().port();
+        assert!((SOURCE_PORT_MIN..=SOURCE_PORT_MAX).contains(&port));
+        drop(first);
+        for _ in 0..20 {
+            let again = tx_socket(&key, &mut rng, Some(port)).unwrap();
+            assert_eq!(again.local_addr().unwrap().port(), port);
+        }
+        // While the port is taken, another one in the range.
+        let held = tx_socket(&key, &mut rng, Some(port)).unwrap();
+        let other = tx_socket(&key, &mut rng, Some(port)).unwrap();
+        let p = other.local_addr().unwrap().port();
+        assert_ne!(p, port);
+        assert!((SOURCE_PORT_MIN..=SOURCE_PORT_MAX).contains(&p));
+        drop(held);
+        // A port outside the range is not reused.
+        let s = tx_socket(&key, &mut rng, Some(4000)).unwrap();
+        assert!(s.local_addr().unwrap().port() >= SOURCE_PORT_MIN);
+    }
 
     #[test]
     fn forwarding_of_odd_names_is_not_read() {

@@ -490,14 +490,14 @@ fn local_admin_down_sends_admin_down_packets_then_stops() {
     }
     assert_eq!(n, 3);
     assert_eq!(s.next_deadline(), None);
-    // Admin up: Down, slow packets again; the diagnostic stays 7 until Up.
+    // Admin up: Down, slow packets again; diagnostic 7 is cleared (the
+    // session is no longer administratively down; issue 13, Low list).
     let a = s.handle(Event::AdminUp, 10 * SEC);
-    assert_eq!(changes(&a)[0].to, State::Down);
+    let c = changes(&a)[0];
+    assert_eq!((c.to, c.diag), (State::Down, Diagnostic::None));
+    assert_eq!(s.local_diag(), Diagnostic::None);
     let p = sent(&a)[0];
-    assert_eq!(
-        (p.state, p.diag),
-        (State::Down, Diagnostic::AdministrativelyDown)
-    );
+    assert_eq!((p.state, p.diag), (State::Down, Diagnostic::None));
 }
 
 #[test]

@@ -22,6 +22,32 @@ pub const DEFAULT_SEND_HOLD_TIME: Duration = Duration::from_secs(480);
 pub const CONNECT_RETRY_INITIAL: Duration = Duration::from_secs(1);
 /// The cap of the exponential connect retry schedule.
 pub const CONNECT_RETRY_MAX: Duration = Duration::from_secs(30);
+/// The least time the ConnectRetry timer gives a TCP handshake of ours
+/// (while it bounds one: in Connect): Linux retransmits an unanswered SYN
+/// after 1 s (its initial RTO), so a shorter bound would abandon every
+/// handshake whose first SYN was lost before the kernel could retry it.
+/// The pause between failed attempts (IdleHold) keeps the 1, 2, 4... s
+/// schedule.
+pub const MIN_HANDSHAKE_TIME: Duration = Duration::from_secs(3);
+/// The automatic restart after the `n`-th session in a row that ended with
+/// a NOTIFICATION (sent or received) waits at least 2^(n-1) s, up to this
+/// cap (a peer that rejects our UPDATEs no longer makes the session flap
+/// every second).
+pub const RESTART_DAMPING_MAX: Duration = Duration::from_secs(120);
+/// An Established session lasting this long clears the damping.
+pub const RESTART_DAMPING_FORGET: Duration = Duration::from_secs(120);
+
+/// The least delay of the automatic restart after `n` sessions in a row
+/// ended with a NOTIFICATION (zero when `n` is 0).
+pub fn restart_damping_delay(n: u32) -> Duration {
+    if n == 0 {
+        return Duration::ZERO;
+    }
+    let factor = 1u32.checked_shl(n - 1).unwrap_or(u32::MAX);
+    Duration::from_secs(1)
+        .saturating_mul(factor)
+        .min(RESTART_DAMPING_MAX)
+}
 
 /// How the peer's AS is known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -28,8 +28,10 @@
 //! - Connect retry: attempt *n* (counted from 0 after a manual start or an
 //!   Established session) waits `connectTime` when set, else
 //!   min(2^*n*, 30) s: 1, 2, 4, 8, 16, 30, 30... That delay bounds the TCP
-//!   handshake (ConnectRetry timer) and, when the attempt fails, is the
-//!   pause before the next one (IdleHold timer, automatic restart).
+//!   handshake (ConnectRetry timer, at least [`MIN_HANDSHAKE_TIME`], 3 s,
+//!   so that the kernel's first SYN retransmission after 1 s is not cut
+//!   off) and, when the attempt fails, is the pause before the next one
+//!   (IdleHold timer, automatic restart).
 //! - Closing: Cease with the subcode of the cause (Administrative
 //!   Shutdown with an RFC 9003 message, Peer De-configured, BFD Down, the
 //!   caller's [`CeaseSubcode`] for a hold-down), wrapped in Hard Reset
@@ -78,8 +80,13 @@
 //!   [`Input::Reset`] is the only AutomaticStop (event 8). A BFD coupling
 //!   that must keep the session down until the path is back uses
 //!   [`Input::HoldDown`] (event 2) and [`Input::Release`] (event 1).
-//! - DampPeerOscillations: FALSE (no damping beyond the connect retry
-//!   schedule).
+//! - DampPeerOscillations: partly. Sessions that end with a NOTIFICATION
+//!   (sent or received) are damped: after the *n*-th in a row the
+//!   automatic restart waits at least 2^(*n*-1) s
+//!   ([`restart_damping_delay`], capped at [`RESTART_DAMPING_MAX`]), and an
+//!   Established session lasting [`RESTART_DAMPING_FORGET`]
+//!   ([`Timer::Stable`]) or a manual start clears the count. Other
+//!   failures follow the connect retry schedule only.
 //! - DelayOpen / DelayOpenTime / DelayOpenTimer: FALSE (our OPEN goes out
 //!   as soon as TCP is up; events 12 and 20 never occur).
 //! - SendNOTIFICATIONwithoutOPEN: FALSE (no NOTIFICATION before our OPEN;
@@ -135,7 +142,8 @@ pub use crate::state::FsmState;
 pub use collision::collision_winner;
 pub use config::{
     CONNECT_RETRY_INITIAL, CONNECT_RETRY_MAX, Config, ConfigError, DEFAULT_HOLD_TIME,
-    DEFAULT_SEND_HOLD_TIME, MAX_RESTART_TIME, OPEN_SENT_HOLD_TIME, PeerAs, RequiredCapability,
+    DEFAULT_SEND_HOLD_TIME, MAX_RESTART_TIME, MIN_HANDSHAKE_TIME, OPEN_SENT_HOLD_TIME, PeerAs,
+    RESTART_DAMPING_FORGET, RESTART_DAMPING_MAX, RequiredCapability, restart_damping_delay,
 };
 pub use router_id::{crc32, router_id};
 pub use session::Session;

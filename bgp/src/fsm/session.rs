@@ -8,7 +8,10 @@ use std::time::Duration;
 use bytes::BytesMut;
 
 use super::collision::collision_winner;
-use super::config::{Config, ConfigError, OPEN_SENT_HOLD_TIME, PeerAs};
+use super::config::{
+    Config, ConfigError, MIN_HANDSHAKE_TIME, OPEN_SENT_HOLD_TIME, PeerAs, RESTART_DAMPING_FORGET,
+    restart_damping_delay,
+};
 use super::router_id::router_id;
 use super::types::{
     CeaseSubcode, ConnId, DisabledFamily, DownReason, FsmEvent, Input, NotificationEvent, Output,
@@ -16,8 +19,8 @@ use super::types::{
 };
 use crate::state::{FamilyDisabled, FsmState};
 use crate::wire::{
-    Capabilities, Family, GracefulRestart, Message, MessageType, Notification, Open,
-    RouteRefreshSubtype, UpdateVerdict, error_code, negotiate, validate_update,
+    AS_TRANS, Capabilities, Capability, Family, GracefulRestart, Message, MessageType,
+    Notification, Open, RouteRefreshSubtype, UpdateVerdict, error_code, negotiate, validate_update,
 };
 
 /// One TCP connection that carries (or tries to carry) the session.
@@ -175,6 +178,8 @@ pub struct Session {
     /// Held down ([`Input::HoldDown`]) until [`Input::Release`]: Idle, no
     /// starts of any kind.
     held_down: bool,
+    /// Sessions in a row that ended with a NOTIFICATION (restart damping).
+    damping: u32,
 }
 
 impl Session {
@@ -197,6 +202,7 @@ impl Session {
                 .as_ref()
                 .is_some_and(|gr| gr.restart_state()),
             held_down: false,
+            damping: 0,
             config,
         })
     }
@@ -213,6 +219,13 @@ impl Session {
             .map(|c| c.state)
             .max_by_key(|s| rank(*s))
             .unwrap_or(self.base)
+    }
+
+    /// Sessions in a row that ended with a NOTIFICATION (sent or
+    /// received): the automatic restart waits at least
+    /// [`restart_damping_delay`] of it.
+    pub fn restart_damping(&self) -> u32 {
+        self.damping
     }
 
     /// RFC 4271 ConnectRetryCounter: failures since the last start or stop.
@@ -300,6 +313,11 @@ impl Session {
             Input::IdleHoldTimerExpired => {
                 if self.expired(Timer::IdleHold) {
                     self.start(&mut out, false);
+                }
+            }
+            Input::StableTimerExpired => {
+                if self.expired(Timer::Stable) {
+                    self.damping = 0;
                 }
             }
             Input::HoldTimerExpired { conn } => {
@@ -399,6 +417,7 @@ impl Session {
             Input::KeepaliveTimerExpired { .. } => FsmEvent::KeepaliveTimerExpires,
             Input::SendHoldTimerExpired { .. } => FsmEvent::SendHoldTimerExpires,
             Input::SendProgress { .. } => FsmEvent::SendProgress,
+            Input::StableTimerExpired => FsmEvent::StableTimerExpires,
             Input::TcpCrAcked { .. } => FsmEvent::TcpCrAcked,
             Input::TcpConnectionConfirmed { .. } => FsmEvent::TcpConnectionConfirmed,
             Input::TcpConnectionFails { .. } => FsmEvent::TcpConnectionFails,
@@ -494,7 +513,9 @@ impl Session {
     /// Arms the automatic restart after an error, when allowed.
     fn schedule_restart(&mut self, out: &mut Vec<Output>) {
         if self.auto_restart && self.config.allow_automatic_start {
-            let d = self.current_delay();
+            let d = self
+                .current_delay()
+                .max(restart_damping_delay(self.damping));
             self.arm(out, Timer::IdleHold, d);
         }
     }
@@ -543,6 +564,12 @@ impl Session {
             // Another connection carries the session on.
             return;
         }
+        if was_established {
+            self.disarm(out, Timer::Stable);
+        }
+        if sent.is_some() || received.is_some() {
+            self.damping = self.damping.saturating_add(1);
+        }
         out.push(Output::SessionDown {
             conn: c.id,
             reason,
@@ -567,6 +594,11 @@ impl Session {
                     FsmState::Active
                 };
                 let d = self.next_delay();
+                let d = if self.pending_connect.is_some() {
+                    d.max(MIN_HANDSHAKE_TIME)
+                } else {
+                    d
+                };
                 self.arm(out, Timer::ConnectRetry, d);
             }
             After::Idle => {
@@ -585,6 +617,7 @@ impl Session {
         }
         if manual {
             self.attempt = 0;
+            self.damping = 0;
         }
         if self.event != FsmEvent::IdleHoldTimerExpires {
             self.connect_retry_counter = 0;
@@ -592,12 +625,14 @@ impl Session {
         self.auto_restart = true;
         self.disarm(out, Timer::IdleHold);
         let d = self.next_delay();
-        if self.config.passive_tcp_establishment {
+        let d = if self.config.passive_tcp_establishment {
             self.base = FsmState::Active;
+            d
         } else {
             self.base = FsmState::Connect;
             self.connect(out);
-        }
+            d.max(MIN_HANDSHAKE_TIME)
+        };
         self.arm(out, Timer::ConnectRetry, d);
     }
 
@@ -639,6 +674,7 @@ impl Session {
         }
         self.abandon_connect(out);
         self.disarm(out, Timer::ConnectRetry);
+        self.disarm(out, Timer::Stable);
         self.base = FsmState::Idle;
         if automatic {
             self.connect_retry_counter = self.connect_retry_counter.saturating_add(1);
@@ -653,13 +689,13 @@ impl Session {
             FsmState::Connect => {
                 self.abandon_connect(out);
                 self.connect(out);
-                let d = self.next_delay();
+                let d = self.next_delay().max(MIN_HANDSHAKE_TIME);
                 self.arm(out, Timer::ConnectRetry, d);
             }
             FsmState::Active => {
                 self.base = FsmState::Connect;
                 self.connect(out);
-                let d = self.next_delay();
+                let d = self.next_delay().max(MIN_HANDSHAKE_TIME);
                 self.arm(out, Timer::ConnectRetry, d);
             }
             _ => {}
@@ -941,6 +977,7 @@ impl Session {
         peer: &Capabilities,
     ) -> Result<(), Notification> {
         let local_as = self.config.effective_local_as();
+        check_as_trans(open)?;
         let peer_as = open.asn();
         let as_ok = match self.config.peer_as {
             PeerAs::Fixed(asn) => peer_as == asn,
@@ -1119,6 +1156,9 @@ impl Session {
         }
         self.restart_hold(out, idx);
         self.attempt = 0;
+        if self.damping > 0 {
+            self.arm(out, Timer::Stable, RESTART_DAMPING_FORGET);
+        }
         self.abandon_connect(out);
         self.sync_state(out);
         let c = &self.conns[idx];
@@ -1156,4 +1196,26 @@ fn family_text(f: Family) -> String {
         Family::IPV6_UNICAST => "IPv6 unicast".into(),
         other => other.to_string(),
     }
+}
+
+/// RFC 6793: AS_TRANS only stands in for a 4-octet AS in the 2-octet My
+/// AS field; as the 4-octet AS capability's value it names no AS (Bad Peer
+/// AS). With the capability, My AS must be the capability's AS when that
+/// fits 2 octets and AS_TRANS when it does not (Bad Peer AS otherwise).
+fn check_as_trans(open: &Open) -> Result<(), Notification> {
+    let four = open.capabilities().find_map(|c| match c {
+        Capability::FourOctetAs(asn) => Some(*asn),
+        _ => None,
+    });
+    let Some(asn) = four else {
+        return Ok(());
+    };
+    if asn == u32::from(AS_TRANS) {
+        return Err(Notification::BadPeerAs);
+    }
+    let expected = u16::try_from(asn).unwrap_or(AS_TRANS);
+    if open.my_as != expected {
+        return Err(Notification::BadPeerAs);
+    }
+    Ok(())
 }

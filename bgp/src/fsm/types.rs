@@ -78,6 +78,10 @@ pub enum Timer {
     /// SendHoldTimer of one connection (RFC 9687): runs while output waits
     /// for the socket, restarted by every write that makes progress.
     SendHold { conn: ConnId },
+    /// Not an RFC 4271 timer: armed when the session becomes Established
+    /// while restarts are damped; an Established session that lasts
+    /// [`crate::fsm::RESTART_DAMPING_FORGET`] clears the damping.
+    Stable,
 }
 
 /// What the driver tells the FSM. Each variant names the RFC 4271 event
@@ -180,6 +184,9 @@ pub enum Input {
     /// 9687 is (re)started); `waiting: false` when everything was written
     /// (the timer stops).
     SendProgress { conn: ConnId, waiting: bool },
+    /// [`Timer::Stable`] expired: the session stayed Established long
+    /// enough for its earlier NOTIFICATIONs to be forgotten.
+    StableTimerExpired,
 }
 
 impl Input {
@@ -191,6 +198,7 @@ impl Input {
             Timer::Hold { conn } => Input::HoldTimerExpired { conn },
             Timer::Keepalive { conn } => Input::KeepaliveTimerExpired { conn },
             Timer::SendHold { conn } => Input::SendHoldTimerExpired { conn },
+            Timer::Stable => Input::StableTimerExpired,
         }
     }
 }
@@ -447,6 +455,8 @@ pub enum FsmEvent {
     SendHoldTimerExpires,
     /// Not an event: the driver reported progress (or none) writing.
     SendProgress,
+    /// Not an event: [`Timer::Stable`] expired.
+    StableTimerExpires,
 }
 
 impl FsmEvent {
@@ -477,7 +487,7 @@ impl FsmEvent {
             UpdateMsg => 27,
             UpdateMsgErr => 28,
             SendHoldTimerExpires => 29,
-            RouteRefreshMsg | UpdateSent | SendProgress => return None,
+            RouteRefreshMsg | UpdateSent | SendProgress | StableTimerExpires => return None,
         })
     }
 }

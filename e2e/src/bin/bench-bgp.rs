@@ -858,6 +858,8 @@ impl Bench<'_> {
                 "metadata": {"name": format!("speaker-{}", plan::node_name(n)), "namespace": self.cfg_ns,
                              "labels": {"app": "metallb", "component": "speaker"}},
                 "spec": {"nodeName": plan::node_name(n), "hostNetwork": true,
+                         // Deleted at once with its namespace (no kubelet to confirm).
+                         "terminationGracePeriodSeconds": 0,
                          "serviceAccountName": "speaker", "automountServiceAccountToken": false,
                          "containers": [{"name": "speaker", "image": "bench.invalid/speaker"}]},
             }))?;

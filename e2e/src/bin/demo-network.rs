@@ -40,7 +40,8 @@ kit's tools: scripts/setup --demo installs them):
   --speaker-bin PATH the speaker binary
   --namespace NS     the speakers' configuration namespace (default metallb-system)
   --kubectl PATH     with --run-speaker: show `kubectl get bgpsessionstatuses,
-                     servicebgpstatuses,configurationstates -n NS` while they run (with
+                     servicebgpstatuses,servicel2statuses,configurationstates -n NS`
+                     while they run (with
                      the KUBECONFIG of this process's environment)
   --expect-speaker   also check the speaker's BGP promises: every IPv4 session
                      Established and a route to ADDR in the router (without it they are
@@ -378,7 +379,8 @@ fn run() -> Result<bool> {
     );
     if speaker_setup.is_some() {
         if let Some(kubectl) = &kubectl {
-            let what = "bgpsessionstatuses,servicebgpstatuses,configurationstates";
+            let what =
+                "bgpsessionstatuses,servicebgpstatuses,servicel2statuses,configurationstates";
             println!("\n$ kubectl get {what} -n {namespace}   (while the speakers run)");
             let out = std::process::Command::new(kubectl)
                 .args(["get", what, "-n", &namespace])

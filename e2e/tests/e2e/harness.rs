@@ -1,22 +1,25 @@
-//! The harness itself: LoadBalancer Services with kube-controller-manager-like
-//! EndpointSlices, waits that report what they saw, and a loud failure when the lab is not
-//! up (or a kubeconfig is not the lab's).
+//! The harness itself: LoadBalancer Services whose backends are Pods and whose
+//! EndpointSlices the lab's EndpointSlice controller makes, waits that report what they
+//! saw, and a loud failure when the lab is not up (or a kubeconfig is not the lab's).
 
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use e2e::{EndpointSpec, Lab, LabEnv, LbService, SERVICE_NAME_LABEL, unique_suffix, wait_until};
-use k8s_openapi::api::core::v1::Service;
+use e2e::{
+    BACKEND_OF_LABEL, EndpointSpec, HOLD_FINALIZER, Lab, LabEnv, LbService, SERVICE_NAME_LABEL,
+    unique_suffix, wait_until,
+};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams};
 
-fn slice_summary(s: &EndpointSlice) -> Vec<(String, String, bool, bool, bool)> {
-    s.endpoints
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
+fn slice_summary(slices: &[EndpointSlice]) -> Vec<(String, String, bool, bool, bool)> {
+    let mut v: Vec<_> = slices
+        .iter()
+        .flat_map(|s| s.endpoints.clone().unwrap_or_default())
         .map(|e| {
             let c = e.conditions.unwrap_or_default();
             (
@@ -27,11 +30,38 @@ fn slice_summary(s: &EndpointSlice) -> Vec<(String, String, bool, bool, bool)> {
                 c.terminating.unwrap_or(false),
             )
         })
-        .collect()
+        .collect();
+    v.sort();
+    v
+}
+
+/// The backend Pods of Service `svc`: (name, node, terminating, finalizers).
+async fn backends(
+    lab: &Lab,
+    ns: &str,
+    svc: &str,
+) -> Result<Vec<(String, String, bool, Vec<String>)>> {
+    let mut v: Vec<_> = Api::<Pod>::namespaced(lab.client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("{BACKEND_OF_LABEL}={svc}")))
+        .await?
+        .items
+        .into_iter()
+        .map(|p| {
+            (
+                p.metadata.name.unwrap_or_default(),
+                p.spec.and_then(|s| s.node_name).unwrap_or_default(),
+                p.metadata.deletion_timestamp.is_some(),
+                p.metadata.finalizers.unwrap_or_default(),
+            )
+        })
+        .collect();
+    v.sort_by(|a, b| a.1.cmp(&b.1));
+    Ok(v)
 }
 
 #[tokio::test]
-async fn lb_service_comes_with_the_endpointslices_kcm_would_make() -> Result<()> {
+async fn lb_service_backends_are_pods_and_the_endpointslice_controller_makes_the_slices()
+-> Result<()> {
     let lab = Lab::connect().await?;
     let ns = lab.test_namespace("harness").await?;
     let spec = LbService::new("web")
@@ -67,9 +97,28 @@ async fn lb_service_comes_with_the_endpointslices_kcm_would_make() -> Result<()>
             .all(|p| p.node_port.is_some()),
         "a LoadBalancer Service gets node ports"
     );
+
+    // The backends are Pods with the selector's labels, on their nodes; the terminating
+    // one is deleted and held by the harness's finalizer.
+    let pods = backends(&lab, &ns.name, "web").await?;
+    let shape: Vec<(&str, bool, Vec<String>)> = pods
+        .iter()
+        .map(|(_, node, t, f)| (node.as_str(), *t, f.clone()))
+        .collect();
+    ensure!(
+        shape
+            == vec![
+                ("node-1", false, vec![]),
+                ("node-2", false, vec![]),
+                ("node-3", true, vec![HOLD_FINALIZER.to_string()]),
+            ],
+        "backend Pods (node, terminating, finalizers) {shape:?}"
+    );
+
+    // The slices are the EndpointSlice controller's.
     ensure!(
         slices.len() == 1,
-        "one slice per family (a single-stack IPv4 Service): {slices:?}"
+        "one slice (a single-stack IPv4 Service with 3 endpoints): {slices:?}"
     );
     let slice = &slices[0];
     let labels = slice.metadata.labels.clone().unwrap_or_default();
@@ -124,17 +173,30 @@ async fn lb_service_comes_with_the_endpointslices_kcm_would_make() -> Result<()>
         ),
     ];
     ensure!(
-        slice_summary(slice) == want,
+        slice_summary(&slices) == want,
         "endpoints {:?}, want {want:?}",
-        slice_summary(slice)
+        slice_summary(&slices)
     );
-    let ports: Vec<(Option<String>, Option<i32>, Option<String>)> = slice
+    let targets: BTreeSet<String> = slice
+        .endpoints
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|e| e.target_ref.and_then(|r| r.name))
+        .collect();
+    let pod_names: BTreeSet<String> = pods.iter().map(|p| p.0.clone()).collect();
+    ensure!(
+        targets == pod_names,
+        "the endpoints' targetRefs {targets:?} are the backend Pods {pod_names:?}"
+    );
+    let mut ports: Vec<(Option<String>, Option<i32>, Option<String>)> = slice
         .ports
         .clone()
         .unwrap_or_default()
         .into_iter()
         .map(|p| (p.name, p.port, p.protocol))
         .collect();
+    ports.sort();
     ensure!(
         ports
             == vec![
@@ -144,31 +206,55 @@ async fn lb_service_comes_with_the_endpointslices_kcm_would_make() -> Result<()>
         "slice ports (the target ports) {ports:?}"
     );
 
-    // Pods change: the slice is updated in place.
+    // Pods change: node-2's becomes ready (patched in place), node-1's starts
+    // terminating (still serving), node-3's goes (released), one with another address
+    // comes on node-2.
     let svc: Service = Api::namespaced(lab.client.clone(), &ns.name)
         .get("web")
         .await?;
     let updated = lab
         .set_endpoints(
             &svc,
-            &[EndpointSpec::ready("node-2").with_address("192.0.2.12".parse()?)],
+            &[
+                EndpointSpec::terminating("node-1", true),
+                EndpointSpec::ready("node-2"),
+                EndpointSpec::ready("node-2").with_address("192.0.2.99".parse()?),
+            ],
         )
         .await?;
     ensure!(
-        updated.len() == 1 && updated[0].metadata.name == slice.metadata.name,
-        "updated in place: {updated:?}"
-    );
-    ensure!(
-        slice_summary(&updated[0])
-            == vec![("node-2".into(), "192.0.2.12".into(), true, true, false)],
+        slice_summary(&updated)
+            == vec![
+                ("node-1".into(), "192.0.2.11".into(), false, true, true),
+                ("node-2".into(), "192.0.2.12".into(), true, true, false),
+                ("node-2".into(), "192.0.2.99".into(), true, true, false),
+            ],
         "after the update: {:?}",
-        slice_summary(&updated[0])
+        slice_summary(&updated)
+    );
+    let after = backends(&lab, &ns.name, "web").await?;
+    let kept: Vec<&String> = after
+        .iter()
+        .map(|p| &p.0)
+        .filter(|n| pods.iter().any(|p| &p.0 == *n))
+        .collect();
+    ensure!(
+        after.len() == 3 && kept.len() == 2 && !after.iter().any(|p| p.1 == "node-3"),
+        "node-1's and node-2's Pods kept, node-3's gone, one new: before {pods:?}, after {after:?}"
     );
     ensure!(
         lab.set_endpoints(&svc, &[EndpointSpec::ready("node-9")])
             .await
             .is_err(),
         "an endpoint on a node that does not exist is refused"
+    );
+    let impossible = EndpointSpec {
+        serving: false,
+        ..EndpointSpec::ready("node-1")
+    };
+    ensure!(
+        lab.set_endpoints(&svc, &[impossible]).await.is_err(),
+        "conditions no Pod can have are refused"
     );
 
     // Deleting the Service: the garbage collector (kube-controller-manager in the lab)
@@ -199,7 +285,27 @@ async fn lb_service_comes_with_the_endpointslices_kcm_would_make() -> Result<()>
         },
     )
     .await?;
+
+    // The namespace goes entirely: the held Pod is released, the others have no
+    // graceful deletion to wait for.
+    let name = ns.name.clone();
     ns.delete().await?;
+    let namespaces = Api::<Namespace>::all(lab.client.clone());
+    wait_until(
+        &format!("namespace {name} to be deleted"),
+        Duration::from_secs(60),
+        || async {
+            match namespaces.get_opt(&name).await {
+                Ok(None) => Ok(()),
+                Ok(Some(n)) => Err(format!(
+                    "still there: {:?}",
+                    n.status.and_then(|s| s.conditions)
+                )),
+                Err(e) => Err(format!("get error: {e}")),
+            }
+        },
+    )
+    .await?;
     Ok(())
 }
 

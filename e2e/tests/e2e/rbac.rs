@@ -276,7 +276,7 @@ async fn speaker_token_may_write_only_its_status_objects_in_its_namespace() -> R
     }
 
     // Writes it needs, in metallb-system: a ServiceBGPStatus (create, status, delete), a
-    // BGPSessionStatus, its ConfigurationState. (ServiceL2Status comes with the L2 mode.)
+    // BGPSessionStatus, a ServiceL2Status, its ConfigurationState.
     let (api, bgp) = dynamic(&lab, &speaker, ms, "ServiceBGPStatus", "", json!({}));
     let mut bgp = bgp;
     bgp.metadata.name = None;
@@ -302,7 +302,7 @@ async fn speaker_token_may_write_only_its_status_objects_in_its_namespace() -> R
             api.delete(&name, &DeleteParams::default()).await,
         );
     }
-    for kind in ["ServiceBGPStatus", "BGPSessionStatus"] {
+    for kind in ["ServiceBGPStatus", "BGPSessionStatus", "ServiceL2Status"] {
         let name = format!("e2e-{}-{suffix}", kind.to_lowercase());
         let (api, obj) = dynamic(&lab, &speaker, ms, kind, &name, json!({}));
         if c.allowed(

@@ -9,8 +9,8 @@
 //!
 //! No controller runs: each test writes the Service's `status.loadBalancer.ingress`
 //! (and the pool annotation) as the controller would, so the addresses are known. The
-//! EndpointSlices are written by the harness as the kube-controller-manager's
-//! EndpointSlice controller would (the lab runs none; `Lab::set_endpoints`).
+//! EndpointSlices are the lab's kube-controller-manager's, made of backend Pods whose
+//! status the harness writes (`Lab::set_endpoints` returns once they show them).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

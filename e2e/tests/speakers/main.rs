@@ -9,4 +9,6 @@
 mod bgp;
 mod harness;
 mod ipv6;
+mod l2;
 mod metrics;
+mod warnings;

@@ -47,6 +47,9 @@ pub enum Reason {
     NoLocalEndpoints,
     /// No serving endpoint anywhere.
     NoEndpoints,
+    /// Layer 2: the Service may share its address (`allow-shared-ip`) and an
+    /// L2Advertisement matching it has serviceSelectors.
+    SharedIpWithServiceSelector,
 }
 
 impl Reason {
@@ -66,6 +69,7 @@ impl Reason {
             Reason::NodeLabeledExcludeBalancers => "nodeLabeledExcludeBalancers",
             Reason::NoLocalEndpoints => "noLocalEndpoints",
             Reason::NoEndpoints => "noEndpoints",
+            Reason::SharedIpWithServiceSelector => "sharedIPWithServiceSelector",
         }
     }
 }

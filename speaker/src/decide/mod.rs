@@ -4,10 +4,13 @@
 //!
 //! - [`bgp`]: per Service, announce or not (MetalLB's reasons, in its
 //!   order) and the routes; per peer, the merged advertisements;
+//! - [`l2`]: per Service, the layer-2 election (the ordered candidates,
+//!   the winner) and, on the winner, the interfaces;
 //! - [`sessions`]: which BGPPeers run on this node and how (the bgp crate's
 //!   peer configuration, the BFD parameters).
 
 pub mod bgp;
+pub mod l2;
 pub mod sessions;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,1218 @@
+//! The Sans-IO core: SWIM membership (foca) plus the fast path (heartbeat
+//! sessions, indirect-probe confirmation, takeover, optional self-fence).
+//!
+//! No socket, no clock, no OS randomness: time is `u64` nanoseconds on a
+//! monotonic clock with an arbitrary origin, randomness comes from a seed.
+//! The caller feeds datagrams ([`Core::handle_datagram`]) and the time
+//! ([`Core::tick`] at or after [`Core::next_deadline`]), and drains
+//! [`Output`]s ([`Core::take_outputs`]): datagrams to send and [`Event`]s.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use foca::{Foca, Member, NoCustomBroadcast, OwnedNotification, Runtime, State, Timer};
+use rand::rngs::StdRng;
+use rand::seq::IteratorRandom;
+use rand::{RngExt, SeedableRng};
+use sha2::Digest;
+use tracing::{debug, info, warn};
+
+use crate::identity::NodeId;
+use crate::wire::{Control, FrameError, Framer, Kind, MAX_BODY, SecretKey, Sender, SwimCodec};
+
+const NS_PER_MS: u64 = 1_000_000;
+
+/// Settings of one member.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// This node's name (the Kubernetes node name).
+    pub name: String,
+    /// The address other members reach this node at (`--ml-bindaddr`,
+    /// `--ml-bindport`).
+    pub addr: SocketAddr,
+    /// This process's identity generation: higher than any earlier process
+    /// of the same node (the edge uses the wall clock in ms at start).
+    pub generation: u64,
+    /// Expected cluster size for the SWIM timers at start; they follow the
+    /// number of known members afterwards.
+    pub cluster_size: u32,
+    /// Heartbeat: BFD transmit / receive interval, ms (100).
+    pub heartbeat_interval_ms: u32,
+    /// Heartbeat: BFD detection multiplier (3).
+    pub heartbeat_multiplier: u32,
+    /// Helpers asked to confirm a loss (3).
+    pub probe_helpers: usize,
+    /// Deadline of one confirmation round (100 ms).
+    pub probe_timeout: Duration,
+    /// Rounds after the first (1).
+    pub probe_retries: u8,
+    /// While a watched owner's heartbeat stays down after a path fault, a
+    /// confirmation runs again this often (1 s).
+    pub reconfirm_interval: Duration,
+    /// Self-fence (MetalLB has none; default off).
+    pub self_fence: bool,
+    /// Time after losing a watcher's heartbeat within which a majority of
+    /// the members must answer a direct ping, or the node fences (50 ms:
+    /// with the 300 ms detection, 350 ms after the last heartbeat, before
+    /// the watcher's takeover at 500 ms).
+    pub fence_window: Duration,
+    /// While fenced, reachability is checked again this often (1 s).
+    pub fence_recheck: Duration,
+    /// Most heartbeat sessions kept (others' requests beyond are ignored).
+    pub max_sessions: usize,
+    /// `--ml-wan-config`: foca's WAN timers (memberlist's WAN defaults)
+    /// instead of the LAN ones.
+    pub wan: bool,
+    /// Full state exchange with one random member (memberlist's push-pull,
+    /// 30 s, scaled up above 32 members as memberlist does).
+    pub sync_interval: Duration,
+}
+
+impl Config {
+    pub fn new(name: impl Into<String>, addr: SocketAddr, generation: u64) -> Config {
+        Config {
+            name: name.into(),
+            addr,
+            generation,
+            cluster_size: 3,
+            heartbeat_interval_ms: 100,
+            heartbeat_multiplier: 3,
+            probe_helpers: 3,
+            probe_timeout: Duration::from_millis(100),
+            probe_retries: 1,
+            reconfirm_interval: Duration::from_secs(1),
+            self_fence: false,
+            fence_window: Duration::from_millis(50),
+            fence_recheck: Duration::from_secs(1),
+            max_sessions: 1024,
+            sync_interval: Duration::from_secs(30),
+            wan: false,
+        }
+    }
+}
+
+/// foca's LAN timers for `n` members (memberlist's LAN defaults: probe 1 s,
+/// RTT 500 ms, 3 indirect probes, suspicion 4 x max(1, log10 n) s, gossip
+/// 200 ms to 3), or its WAN ones, with packets sized for our framing.
+pub fn swim_config(n: u32, wan: bool) -> foca::Config {
+    let n = NonZeroU32::new(n.max(1)).unwrap_or(NonZeroU32::MIN);
+    let mut config = if wan {
+        foca::Config::new_wan(n)
+    } else {
+        foca::Config::new_lan(n)
+    };
+    config.max_packet_size =
+        std::num::NonZeroUsize::new(MAX_BODY).unwrap_or(config.max_packet_size);
+    config
+}
+
+/// What the caller reacts to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The live speakers (Alive or Suspect, minus owners this node
+    /// declared down on the fast path), this node included.
+    LiveChanged(BTreeSet<String>),
+    /// A watched owner was confirmed down: its heartbeat stopped and no
+    /// helper reached it. `after_ns`: from its last heartbeat to now.
+    OwnerDown { node: String, after_ns: u64 },
+    /// A watched owner's heartbeat stopped but a helper reached it: nothing
+    /// moves.
+    PathFault { node: String },
+    /// The heartbeat with a watched owner is Up: its loss will be detected
+    /// on the fast path.
+    HeartbeatUp { node: String },
+    /// An owner declared down refuted (or rejoined) and is live again.
+    OwnerBack { node: String },
+    /// Self-fence: stop answering (true) or resume (false).
+    Fence(bool),
+    /// The cluster declared this node down; it rejoined with a new
+    /// generation.
+    Rejoined { generation: u64 },
+}
+
+/// An output of the core.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    Send {
+        to: SocketAddr,
+        kind: Kind,
+        datagram: Vec<u8>,
+    },
+    Event(Event),
+}
+
+/// Running counts, for metrics and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub sent: [u64; Kind::ALL.len()],
+    pub received: [u64; Kind::ALL.len()],
+    pub auth_failures: u64,
+    pub malformed: u64,
+    /// Heartbeats refused as replays (sequence not above the last one).
+    pub replays: u64,
+    /// Fast-path messages from a name that is not a live member.
+    pub unknown_sender: u64,
+    pub owner_down: u64,
+    pub path_faults: u64,
+    pub fences: u64,
+    pub send_too_large: u64,
+}
+
+/// foca's runtime: collects what foca asks for.
+#[derive(Default)]
+struct Collect {
+    sends: Vec<(NodeId, Vec<u8>)>,
+    timers: Vec<(Duration, Timer<NodeId>)>,
+    notes: Vec<OwnedNotification<NodeId>>,
+}
+
+impl Runtime<NodeId> for Collect {
+    fn notify(&mut self, notification: foca::Notification<'_, NodeId>) {
+        self.notes.push(notification.to_owned());
+    }
+
+    fn send_to(&mut self, to: NodeId, data: &[u8]) {
+        self.sends.push((to, data.to_vec()));
+    }
+
+    fn submit_after(&mut self, event: Timer<NodeId>, after: Duration) {
+        self.timers.push((after, event));
+    }
+}
+
+#[derive(Debug)]
+struct Heartbeat {
+    peer: NodeId,
+    session: bfd::Session,
+    /// We watch the peer.
+    watching: bool,
+    /// The peer watches us (its last heartbeat said so).
+    watched_by_peer: bool,
+    last_rx_seq: Option<(u64, u64)>,
+    last_rx_ns: Option<u64>,
+}
+
+#[derive(Debug)]
+struct Confirmation {
+    owner: NodeId,
+    round: u8,
+    id: u64,
+    deadline: u64,
+    last_rx_ns: Option<u64>,
+}
+
+#[derive(Debug)]
+struct Relay {
+    requester: SocketAddr,
+    request_id: u64,
+    target: String,
+    expires: u64,
+}
+
+#[derive(Debug)]
+struct FenceCheck {
+    ids: BTreeSet<u64>,
+    acks: BTreeSet<String>,
+    deadline: u64,
+    members: usize,
+}
+
+/// Most pending relays (helper side) kept at once.
+const MAX_RELAYS: usize = 1024;
+
+/// The membership core of one node.
+pub struct Core {
+    cfg: Config,
+    foca: Foca<NodeId, SwimCodec, StdRng, NoCustomBroadcast>,
+    framer: Framer,
+    rng: StdRng,
+    runtime: Collect,
+    timers: BTreeMap<(u64, u64), Timer<NodeId>>,
+    timer_seq: u64,
+    swim_size: u32,
+    sessions: BTreeMap<String, Heartbeat>,
+    heartbeat_seq: u64,
+    watched: BTreeSet<String>,
+    confirmations: BTreeMap<String, Confirmation>,
+    reconfirm: BTreeMap<String, u64>,
+    relays: BTreeMap<u64, Relay>,
+    /// Owners declared down on the fast path, with the identity and foca
+    /// incarnation they had; live again once foca shows a newer one.
+    fast_down: BTreeMap<String, (NodeId, u16)>,
+    fence_check: Option<FenceCheck>,
+    fenced: bool,
+    fence_next: Option<u64>,
+    sync_next: Option<u64>,
+    /// Watched owners whose heartbeat is down behind a path fault.
+    path_faulty: BTreeSet<String>,
+    live: BTreeSet<String>,
+    left: bool,
+    outputs: Vec<Output>,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Core")
+            .field("identity", self.foca.identity())
+            .field("live", &self.live)
+            .field("watched", &self.watched)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Core {
+    /// A member that knows nobody yet; [`Core::join`] contacts seeds.
+    pub fn new(cfg: Config, key: Option<SecretKey>, seed: u64) -> Core {
+        let identity = NodeId::new(cfg.name.clone(), cfg.addr, cfg.generation);
+        let mut rng = StdRng::seed_from_u64(seed);
+        let foca_rng = StdRng::seed_from_u64(rng.random());
+        // unique per identity even if two processes drew the same seed
+        let mut hash = sha2::Sha256::new();
+        hash.update(rng.random::<[u8; 16]>());
+        hash.update(cfg.name.as_bytes());
+        hash.update(cfg.generation.to_be_bytes());
+        let digest: [u8; 32] = hash.finalize().into();
+        let mut nonce_prefix = [0u8; 16];
+        nonce_prefix.copy_from_slice(&digest[..16]);
+        let swim_size = cfg.cluster_size.max(1);
+        let foca = Foca::new(
+            identity,
+            swim_config(swim_size, cfg.wan),
+            foca_rng,
+            SwimCodec::new(cfg.name.clone()),
+        );
+        let live = BTreeSet::from([cfg.name.clone()]);
+        Core {
+            cfg,
+            foca,
+            framer: Framer::new(key, nonce_prefix),
+            rng,
+            runtime: Collect::default(),
+            timers: BTreeMap::new(),
+            timer_seq: 0,
+            swim_size,
+            sessions: BTreeMap::new(),
+            heartbeat_seq: 0,
+            watched: BTreeSet::new(),
+            confirmations: BTreeMap::new(),
+            reconfirm: BTreeMap::new(),
+            relays: BTreeMap::new(),
+            fast_down: BTreeMap::new(),
+            fence_check: None,
+            fenced: false,
+            fence_next: None,
+            sync_next: None,
+            path_faulty: BTreeSet::new(),
+            live,
+            left: false,
+            outputs: Vec::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    // ---- accessors ----
+
+    pub fn identity(&self) -> &NodeId {
+        self.foca.identity()
+    }
+
+    pub fn live(&self) -> &BTreeSet<String> {
+        &self.live
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    pub fn fenced(&self) -> bool {
+        self.fenced
+    }
+
+    /// Every member foca knows, with its state (Down ones included).
+    pub fn members(&self) -> Vec<(NodeId, State, u16)> {
+        self.foca
+            .iter_membership_state()
+            .map(|m| (m.id().clone(), m.state(), m.incarnation()))
+            .collect()
+    }
+
+    /// How many other members are Alive, Suspect and Down.
+    pub fn member_counts(&self) -> (usize, usize, usize) {
+        let mut counts = (0, 0, 0);
+        for member in self.foca.iter_membership_state() {
+            match member.state() {
+                State::Alive => counts.0 += 1,
+                State::Suspect => counts.1 += 1,
+                State::Down => counts.2 += 1,
+            }
+        }
+        counts
+    }
+
+    /// How many owners this node watches.
+    pub fn watched_count(&self) -> usize {
+        self.watched.len()
+    }
+
+    /// The heartbeat session with `peer` is Up.
+    pub fn heartbeat_up(&self, peer: &str) -> bool {
+        self.sessions
+            .get(peer)
+            .is_some_and(|hb| hb.session.state() == bfd::State::Up)
+    }
+
+    pub fn take_outputs(&mut self) -> Vec<Output> {
+        std::mem::take(&mut self.outputs)
+    }
+
+    /// The earliest time [`Core::tick`] has something to do.
+    pub fn next_deadline(&self) -> Option<u64> {
+        let foca = self.timers.keys().next().map(|(at, _)| *at);
+        let sessions = self
+            .sessions
+            .values()
+            .filter_map(|hb| hb.session.next_deadline().map(|(_, at)| at))
+            .min();
+        let confirm = self.confirmations.values().map(|c| c.deadline).min();
+        let reconfirm = self.reconfirm.values().copied().min();
+        let relays = self.relays.values().map(|r| r.expires).min();
+        let fence = self.fence_check.as_ref().map(|f| f.deadline);
+        [
+            foca,
+            sessions,
+            confirm,
+            reconfirm,
+            relays,
+            fence,
+            self.fence_next,
+            self.sync_next,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    // ---- inputs ----
+
+    /// Announces this node to seed addresses (speaker Pod IPs); their
+    /// names are learned from the answers.
+    pub fn join(&mut self, seeds: &[SocketAddr], now: u64) {
+        for seed in seeds {
+            if *seed == self.cfg.addr {
+                continue;
+            }
+            let result = self.foca.announce(NodeId::seed(*seed), &mut self.runtime);
+            self.after_foca(result, now);
+            // and ask for the seed's whole state
+            self.send_state(*seed, true);
+        }
+        if self.sync_next.is_none() {
+            self.sync_next = Some(now.saturating_add(self.sync_interval_ns()));
+        }
+    }
+
+    /// memberlist's push-pull interval, scaled above 32 members.
+    fn sync_interval_ns(&self) -> u64 {
+        let n = self.foca.num_members() + 1;
+        let scale = if n <= 32 {
+            1
+        } else {
+            ((n as f64).log2() - 32f64.log2()).ceil() as u64 + 1
+        };
+        u64::try_from(self.cfg.sync_interval.as_nanos())
+            .unwrap_or(u64::MAX)
+            .saturating_mul(scale)
+    }
+
+    /// Sends our whole membership state (ourselves included) in as many
+    /// datagrams as it takes; only the first asks for a reply (one full
+    /// state back, not one per datagram).
+    fn send_state(&mut self, to: SocketAddr, reply: bool) {
+        let mut reply = reply;
+        let own = Member::new(self.foca.identity().clone(), 0, State::Alive);
+        let all: Vec<Member<NodeId>> = std::iter::once(own)
+            .chain(self.foca.iter_membership_state().cloned())
+            .collect();
+        let from = self.sender();
+        let budget = MAX_BODY - crate::wire::SYNC_OVERHEAD;
+        let mut chunk = Vec::new();
+        let mut used = 0;
+        for member in all {
+            let len = crate::wire::member_len(&member);
+            if used + len > budget && !chunk.is_empty() {
+                let members = std::mem::take(&mut chunk);
+                self.send_control(
+                    to,
+                    &Control::Sync {
+                        from: from.clone(),
+                        reply,
+                        members,
+                    },
+                );
+                reply = false;
+                used = 0;
+            }
+            used += len;
+            chunk.push(member);
+        }
+        if !chunk.is_empty() {
+            self.send_control(
+                to,
+                &Control::Sync {
+                    from,
+                    reply,
+                    members: chunk,
+                },
+            );
+        }
+    }
+
+    /// The owners this node must watch (it is their next candidate).
+    pub fn watch_owners(&mut self, owners: BTreeSet<String>, now: u64) {
+        let mut owners = owners;
+        owners.remove(&self.cfg.name);
+        self.watched = owners;
+        self.reconcile_sessions(now);
+    }
+
+    /// Leaves the cluster: tells every member at once, declares itself down
+    /// through foca's gossip and stops the heartbeats.
+    pub fn leave(&mut self, now: u64) {
+        if self.left {
+            return;
+        }
+        let from = self.sender();
+        let members: Vec<SocketAddr> = self.foca.iter_members().map(|m| m.id().addr).collect();
+        for addr in members {
+            self.send_control(addr, &Control::Leave { from: from.clone() });
+        }
+        let result = self.foca.leave_cluster(&mut self.runtime);
+        self.after_foca(result, now);
+        let names: Vec<String> = self.sessions.keys().cloned().collect();
+        for name in names {
+            self.drop_session(&name, true, now);
+        }
+        self.watched.clear();
+        self.confirmations.clear();
+        self.reconfirm.clear();
+        self.left = true;
+    }
+
+    /// A datagram from `from`.
+    pub fn handle_datagram(&mut self, from: SocketAddr, datagram: &[u8], now: u64) {
+        if self.left {
+            return;
+        }
+        let (kind, body) = match self.framer.open(datagram) {
+            Ok(opened) => opened,
+            Err(FrameError::Authentication) => {
+                self.counters.auth_failures += 1;
+                debug!(%from, "membership datagram failed authentication");
+                return;
+            }
+            Err(error) => {
+                self.counters.malformed += 1;
+                debug!(%from, %error, "membership datagram refused");
+                return;
+            }
+        };
+        self.counters.received[kind.index()] += 1;
+        if kind == Kind::Swim {
+            let result = self.foca.handle_data(&body, &mut self.runtime);
+            if let Err(error) = &result {
+                if matches!(error, foca::Error::Decode(_) | foca::Error::MalformedPacket) {
+                    self.counters.malformed += 1;
+                }
+                debug!(%from, %error, "SWIM datagram not handled");
+            }
+            self.after_foca(Ok(()), now);
+            return;
+        }
+        match Control::decode(kind, &body) {
+            Ok(control) => self.on_control(from, control, now),
+            Err(error) => {
+                self.counters.malformed += 1;
+                debug!(%from, %error, "membership message refused");
+            }
+        }
+    }
+
+    /// Runs everything due at `now`.
+    pub fn tick(&mut self, now: u64) {
+        // foca timers
+        while let Some(entry) = self.timers.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let timer = entry.remove();
+            if self.left {
+                continue;
+            }
+            let result = self.foca.handle_timer(timer, &mut self.runtime);
+            self.after_foca(result, now);
+        }
+        // heartbeat sessions
+        let names: Vec<String> = self.sessions.keys().cloned().collect();
+        for name in names {
+            while let Some(hb) = self.sessions.get_mut(&name) {
+                let Some((timer, at)) = hb.session.next_deadline() else {
+                    break;
+                };
+                if at > now {
+                    break;
+                }
+                let actions = hb.session.handle(bfd::Event::TimerExpired(timer), now);
+                self.session_actions(&name, actions, now);
+            }
+        }
+        // confirmations
+        let due: Vec<String> = self
+            .confirmations
+            .iter()
+            .filter(|(_, c)| c.deadline <= now)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in due {
+            self.confirmation_expired(&name, now);
+        }
+        let due: Vec<String> = self
+            .reconfirm
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in due {
+            self.reconfirm.remove(&name);
+            let still_down = self
+                .sessions
+                .get(&name)
+                .is_some_and(|hb| hb.watching && hb.session.state() != bfd::State::Up);
+            if still_down && !self.fast_down.contains_key(&name) {
+                let last = self.sessions.get(&name).and_then(|hb| hb.last_rx_ns);
+                self.start_confirmation(&name, last, now);
+            }
+        }
+        self.relays.retain(|_, relay| relay.expires > now);
+        if self.fence_check.as_ref().is_some_and(|f| f.deadline <= now) {
+            self.fence_decide(now);
+        }
+        if self.fence_next.is_some_and(|at| at <= now) {
+            self.fence_next = None;
+            self.fence_start(now);
+        }
+        if self.sync_next.is_some_and(|at| at <= now) && !self.left {
+            let peer = self
+                .foca
+                .iter_members()
+                .map(|m| m.id().addr)
+                .choose(&mut self.rng);
+            if let Some(peer) = peer {
+                self.send_state(peer, true);
+            }
+            self.sync_next = Some(now.saturating_add(self.sync_interval_ns()));
+        }
+    }
+
+    // ---- foca plumbing ----
+
+    fn after_foca(&mut self, result: Result<(), foca::Error>, now: u64) {
+        if let Err(error) = result {
+            debug!(%error, "foca");
+        }
+        let runtime = std::mem::take(&mut self.runtime);
+        for (to, data) in runtime.sends {
+            match self.framer.seal(Kind::Swim, &data) {
+                Some(datagram) => self.push_send(to.addr, Kind::Swim, datagram),
+                None => self.counters.send_too_large += 1,
+            }
+        }
+        for (after, timer) in runtime.timers {
+            let at = now.saturating_add(u64::try_from(after.as_nanos()).unwrap_or(u64::MAX));
+            self.timer_seq += 1;
+            self.timers.insert((at, self.timer_seq), timer);
+        }
+        for note in runtime.notes {
+            match note {
+                OwnedNotification::MemberUp(id) => debug!(member = %id, "member up"),
+                OwnedNotification::MemberDown(id) => info!(member = %id, "member down"),
+                OwnedNotification::Rename(old, new) => {
+                    debug!(%old, %new, "member renewed its identity")
+                }
+                OwnedNotification::Rejoin(id) => {
+                    warn!(identity = %id, "declared down by the cluster; rejoined");
+                    self.outputs.push(Output::Event(Event::Rejoined {
+                        generation: id.generation,
+                    }));
+                }
+                OwnedNotification::Defunct => warn!("membership identity defunct"),
+                OwnedNotification::Active | OwnedNotification::Idle => {}
+            }
+        }
+        self.resize_swim();
+        self.refresh_live(now);
+        self.reconcile_sessions(now);
+    }
+
+    /// Follows the cluster size with foca's size-dependent timers.
+    fn resize_swim(&mut self) {
+        let n = u32::try_from(self.foca.num_members() + 1).unwrap_or(u32::MAX);
+        let n = n.max(self.cfg.cluster_size);
+        let band = |n: u32| (f64::from(n).log10() * 4.0) as u32;
+        if band(n) != band(self.swim_size) {
+            self.swim_size = n;
+            if self.foca.set_config(swim_config(n, self.cfg.wan)).is_err() {
+                warn!("foca refused the resized configuration");
+            }
+        }
+    }
+
+    fn refresh_live(&mut self, _now: u64) {
+        // only owners declared down need foca's incarnations
+        let state: BTreeMap<String, (NodeId, State, u16)> = if self.fast_down.is_empty() {
+            BTreeMap::new()
+        } else {
+            self.foca
+                .iter_membership_state()
+                .filter(|m| self.fast_down.contains_key(&m.id().name))
+                .map(|m| {
+                    (
+                        m.id().name.clone(),
+                        (m.id().clone(), m.state(), m.incarnation()),
+                    )
+                })
+                .collect()
+        };
+        let mut back = Vec::new();
+        self.fast_down.retain(|name, (id, incarnation)| {
+            match state.get(name) {
+                Some((current, State::Alive | State::Suspect, inc)) => {
+                    let refuted = current != id || *inc > *incarnation;
+                    if refuted {
+                        back.push(name.clone());
+                    }
+                    !refuted
+                }
+                // foca agrees (Down) or forgot it: nothing left to track
+                _ => false,
+            }
+        });
+        for node in back {
+            info!(%node, "owner declared down is live again");
+            self.outputs.push(Output::Event(Event::OwnerBack { node }));
+        }
+        let mut live: BTreeSet<String> = self
+            .foca
+            .iter_members()
+            .map(|m| m.id().name.clone())
+            .filter(|name| !self.fast_down.contains_key(name))
+            .collect();
+        live.insert(self.cfg.name.clone());
+        if live != self.live {
+            self.live = live.clone();
+            self.outputs.push(Output::Event(Event::LiveChanged(live)));
+        }
+    }
+
+    fn member(&self, name: &str) -> Option<Member<NodeId>> {
+        self.foca
+            .iter_members()
+            .find(|m| m.id().name == name)
+            .cloned()
+    }
+
+    // ---- heartbeat sessions ----
+
+    fn heartbeat_params(&self) -> bfd::Parameters {
+        bfd::Parameters {
+            receive_interval_ms: self.cfg.heartbeat_interval_ms,
+            transmit_interval_ms: self.cfg.heartbeat_interval_ms,
+            detect_multiplier: self.cfg.heartbeat_multiplier,
+            minimum_ttl: 1,
+            ..bfd::Parameters::default()
+        }
+    }
+
+    fn new_session(&mut self, peer: NodeId, watching: bool, now: u64) {
+        if self.sessions.len() >= self.cfg.max_sessions {
+            return;
+        }
+        let key = bfd::SessionKey::multi_hop(self.cfg.addr.ip(), peer.addr.ip());
+        let discr = self.rng.random::<u32>().max(1);
+        let mut session = bfd::Session::new(key, discr, self.heartbeat_params(), self.rng.random());
+        let actions = session.start(now);
+        let name = peer.name.clone();
+        self.sessions.insert(
+            name.clone(),
+            Heartbeat {
+                peer,
+                session,
+                watching,
+                watched_by_peer: false,
+                last_rx_seq: None,
+                last_rx_ns: None,
+            },
+        );
+        self.session_actions(&name, actions, now);
+    }
+
+    /// Ends a session; `notify`: the peer gets an AdminDown (not after a
+    /// detection timeout, when the peer may be alive behind a fault that
+    /// is about to heal: its session must not go down without a failure).
+    fn drop_session(&mut self, name: &str, notify: bool, now: u64) {
+        if let Some(mut hb) = self.sessions.remove(name) {
+            let actions = hb.session.shutdown(now);
+            let peer = hb.peer.addr;
+            for action in actions {
+                if let bfd::Action::SendControl(packet) = action
+                    && notify
+                {
+                    self.send_heartbeat(peer, hb.watching, packet);
+                }
+            }
+        }
+        self.confirmations.remove(name);
+        self.reconfirm.remove(name);
+        self.path_faulty.remove(name);
+    }
+
+    /// Sessions follow the watched set and the membership: one per watched
+    /// live owner, the peer's identity kept current.
+    fn reconcile_sessions(&mut self, now: u64) {
+        if self.left {
+            return;
+        }
+        let names: Vec<String> = self.sessions.keys().cloned().collect();
+        for name in names {
+            let member = self.member(&name);
+            let Some(hb) = self.sessions.get_mut(&name) else {
+                continue;
+            };
+            hb.watching = self.watched.contains(&name);
+            let stale = match &member {
+                None => true,
+                Some(m) => m.id() != &hb.peer,
+            };
+            if stale || (!hb.watching && !hb.watched_by_peer) {
+                self.drop_session(&name, true, now);
+            }
+        }
+        let watched: Vec<String> = self.watched.iter().cloned().collect();
+        for name in watched {
+            if self.sessions.contains_key(&name) {
+                continue;
+            }
+            if let Some(member) = self.member(&name) {
+                self.new_session(member.id().clone(), true, now);
+            }
+        }
+    }
+
+    fn session_actions(&mut self, name: &str, actions: Vec<bfd::Action>, now: u64) {
+        for action in actions {
+            match action {
+                bfd::Action::SendControl(packet) => {
+                    if let Some(hb) = self.sessions.get(name) {
+                        let (addr, watching) = (hb.peer.addr, hb.watching);
+                        self.send_heartbeat(addr, watching, packet);
+                    }
+                }
+                bfd::Action::StateChanged(change) => self.session_changed(name, change, now),
+                bfd::Action::SendEcho(_)
+                | bfd::Action::ArmTimer { .. }
+                | bfd::Action::CancelTimer(_) => {}
+            }
+        }
+    }
+
+    fn session_changed(&mut self, name: &str, change: bfd::StateChange, now: u64) {
+        let Some(hb) = self.sessions.get(name) else {
+            return;
+        };
+        let (watching, watched_by_peer, last_rx) = (hb.watching, hb.watched_by_peer, hb.last_rx_ns);
+        debug!(peer = name, from = %change.from, to = %change.to, "heartbeat");
+        match change.client_action() {
+            bfd::ClientAction::Down => {}
+            bfd::ClientAction::Up => {
+                self.path_faulty.remove(name);
+                if watching {
+                    self.outputs.push(Output::Event(Event::HeartbeatUp {
+                        node: name.to_string(),
+                    }));
+                }
+                return;
+            }
+            bfd::ClientAction::None => return,
+        }
+        if watching && !self.fast_down.contains_key(name) {
+            self.start_confirmation(name, last_rx, now);
+        }
+        if watched_by_peer && self.cfg.self_fence && !self.fenced && self.fence_check.is_none() {
+            self.fence_start(now);
+        }
+        if !watching && !self.cfg.self_fence {
+            // the peer that watched us is gone: nothing to keep
+            self.drop_session(name, false, now);
+        }
+    }
+
+    fn send_heartbeat(&mut self, to: SocketAddr, watching: bool, packet: bfd::ControlPacket) {
+        self.heartbeat_seq += 1;
+        let control = Control::Heartbeat {
+            from: self.sender(),
+            seq: self.heartbeat_seq,
+            watching,
+            packet,
+        };
+        self.send_control(to, &control);
+    }
+
+    fn on_heartbeat(
+        &mut self,
+        from: Sender,
+        seq: u64,
+        watching: bool,
+        packet: bfd::ControlPacket,
+        now: u64,
+    ) {
+        let Some(member) = self.member(&from.name) else {
+            self.counters.unknown_sender += 1;
+            return;
+        };
+        if member.id().generation != from.generation {
+            self.counters.unknown_sender += 1;
+            return;
+        }
+        match self.sessions.get(&from.name) {
+            Some(hb) if hb.peer == *member.id() => {}
+            Some(_) => {
+                self.drop_session(&from.name, true, now);
+                self.new_session(member.id().clone(), self.watched.contains(&from.name), now);
+            }
+            None => {
+                if packet.state == bfd::State::AdminDown {
+                    return;
+                }
+                self.new_session(member.id().clone(), self.watched.contains(&from.name), now);
+            }
+        }
+        let Some(hb) = self.sessions.get_mut(&from.name) else {
+            return;
+        };
+        if let Some((generation, last)) = hb.last_rx_seq
+            && generation == from.generation
+            && seq <= last
+        {
+            self.counters.replays += 1;
+            return;
+        }
+        hb.last_rx_seq = Some((from.generation, seq));
+        hb.last_rx_ns = Some(now);
+        hb.watched_by_peer = watching;
+        let source = hb.session.key().remote;
+        let actions = hb.session.handle(
+            bfd::Event::Received {
+                packet,
+                source,
+                ttl: 255,
+            },
+            now,
+        );
+        self.session_actions(&from.name, actions, now);
+        if let Some(hb) = self.sessions.get(&from.name)
+            && !hb.watching
+            && !hb.watched_by_peer
+            && hb.session.state() != bfd::State::Up
+        {
+            self.drop_session(&from.name, false, now);
+        }
+    }
+
+    // ---- confirmation and takeover ----
+
+    fn start_confirmation(&mut self, owner: &str, last_rx: Option<u64>, now: u64) {
+        let Some(member) = self.member(owner) else {
+            return;
+        };
+        let confirmation = Confirmation {
+            owner: member.id().clone(),
+            round: 0,
+            id: 0,
+            deadline: now,
+            last_rx_ns: last_rx,
+        };
+        self.confirmations.insert(owner.to_string(), confirmation);
+        if !self.probe_round(owner, now) {
+            self.declare_down(owner, now);
+        }
+    }
+
+    /// Sends one round of probe requests; false when there is no helper.
+    fn probe_round(&mut self, owner: &str, now: u64) -> bool {
+        let helpers: Vec<SocketAddr> = self
+            .foca
+            .iter_members()
+            .filter(|m| m.id().name != owner && !self.fast_down.contains_key(&m.id().name))
+            .map(|m| m.id().addr)
+            .sample(&mut self.rng, self.cfg.probe_helpers);
+        if helpers.is_empty() {
+            return false;
+        }
+        let id: u64 = self.rng.random();
+        let timeout = u64::try_from(self.cfg.probe_timeout.as_nanos()).unwrap_or(u64::MAX);
+        let from = self.sender();
+        let Some(confirmation) = self.confirmations.get_mut(owner) else {
+            return false;
+        };
+        confirmation.id = id;
+        confirmation.round += 1;
+        confirmation.deadline = now.saturating_add(timeout);
+        let control = Control::ProbeRequest {
+            from,
+            id,
+            target: owner.to_string(),
+            target_addr: confirmation.owner.addr,
+        };
+        for helper in helpers {
+            self.send_control(helper, &control);
+        }
+        true
+    }
+
+    fn confirmation_expired(&mut self, owner: &str, now: u64) {
+        let Some(confirmation) = self.confirmations.get(owner) else {
+            return;
+        };
+        if confirmation.round <= self.cfg.probe_retries && self.probe_round(owner, now) {
+            return;
+        }
+        self.declare_down(owner, now);
+    }
+
+    fn declare_down(&mut self, owner: &str, now: u64) {
+        let Some(confirmation) = self.confirmations.remove(owner) else {
+            return;
+        };
+        let id = confirmation.owner;
+        let incarnation = self
+            .foca
+            .iter_membership_state()
+            .find(|m| *m.id() == id)
+            .map_or(0, |m| m.incarnation());
+        let after_ns = confirmation
+            .last_rx_ns
+            .map_or(0, |at| now.saturating_sub(at));
+        info!(
+            node = owner,
+            after_ms = after_ns / NS_PER_MS,
+            "owner confirmed down"
+        );
+        self.counters.owner_down += 1;
+        self.fast_down
+            .insert(owner.to_string(), (id.clone(), incarnation));
+        let suspect = Member::new(id, incarnation, State::Suspect);
+        let result = self
+            .foca
+            .apply_many(std::iter::once(suspect), true, &mut self.runtime);
+        // spread the suspicion now rather than at the next gossip tick
+        let result = result.and_then(|()| self.foca.gossip(&mut self.runtime));
+        // the live set (without the owner) comes out before the event
+        self.after_foca(result, now);
+        self.outputs.push(Output::Event(Event::OwnerDown {
+            node: owner.to_string(),
+            after_ns,
+        }));
+    }
+
+    fn on_probe_reply(&mut self, id: u64, target: &str, now: u64) {
+        let Some(confirmation) = self.confirmations.get(target) else {
+            return;
+        };
+        if confirmation.id != id {
+            return;
+        }
+        self.confirmations.remove(target);
+        // reported once per loss of the heartbeat, not at every re-check
+        if self.path_faulty.insert(target.to_string()) {
+            self.counters.path_faults += 1;
+            warn!(
+                node = target,
+                "heartbeat lost but a helper reached the owner: path fault, nothing moves"
+            );
+            self.outputs.push(Output::Event(Event::PathFault {
+                node: target.to_string(),
+            }));
+        }
+        let again = u64::try_from(self.cfg.reconfirm_interval.as_nanos()).unwrap_or(u64::MAX);
+        self.reconfirm
+            .insert(target.to_string(), now.saturating_add(again));
+    }
+
+    // ---- self-fence ----
+
+    fn fence_start(&mut self, now: u64) {
+        let members: Vec<SocketAddr> = self.foca.iter_members().map(|m| m.id().addr).collect();
+        let window = u64::try_from(self.cfg.fence_window.as_nanos()).unwrap_or(u64::MAX);
+        let mut check = FenceCheck {
+            ids: BTreeSet::new(),
+            acks: BTreeSet::new(),
+            deadline: now.saturating_add(window),
+            members: members.len() + 1,
+        };
+        let from = self.sender();
+        for addr in members {
+            let id: u64 = self.rng.random();
+            check.ids.insert(id);
+            self.send_control(
+                addr,
+                &Control::Ping {
+                    from: from.clone(),
+                    id,
+                },
+            );
+        }
+        self.fence_check = Some(check);
+    }
+
+    fn fence_decide(&mut self, now: u64) {
+        let Some(check) = self.fence_check.take() else {
+            return;
+        };
+        let reached = check.acks.len() + 1;
+        let quorum = check.members.div_ceil(2);
+        let fence = reached < quorum;
+        if fence != self.fenced {
+            self.fenced = fence;
+            if fence {
+                self.counters.fences += 1;
+                warn!(
+                    reached,
+                    members = check.members,
+                    "self-fence: minority side, stop answering"
+                );
+            } else {
+                info!(reached, members = check.members, "self-fence lifted");
+            }
+            self.outputs.push(Output::Event(Event::Fence(fence)));
+        }
+        if self.fenced {
+            let again = u64::try_from(self.cfg.fence_recheck.as_nanos()).unwrap_or(u64::MAX);
+            self.fence_next = Some(now.saturating_add(again));
+        }
+    }
+
+    // ---- control messages ----
+
+    fn sender(&self) -> Sender {
+        Sender {
+            name: self.cfg.name.clone(),
+            generation: self.foca.identity().generation,
+        }
+    }
+
+    fn send_control(&mut self, to: SocketAddr, control: &Control) {
+        let Ok(body) = control.encode() else {
+            self.counters.send_too_large += 1;
+            return;
+        };
+        match self.framer.seal(control.kind(), &body) {
+            Some(datagram) => self.push_send(to, control.kind(), datagram),
+            None => self.counters.send_too_large += 1,
+        }
+    }
+
+    fn push_send(&mut self, to: SocketAddr, kind: Kind, datagram: Vec<u8>) {
+        self.counters.sent[kind.index()] += 1;
+        self.outputs.push(Output::Send { to, kind, datagram });
+    }
+
+    fn on_control(&mut self, from_addr: SocketAddr, control: Control, now: u64) {
+        if control.from().name == self.cfg.name {
+            return;
+        }
+        match control {
+            Control::Heartbeat {
+                from,
+                seq,
+                watching,
+                packet,
+            } => self.on_heartbeat(from, seq, watching, packet, now),
+            Control::ProbeRequest {
+                id,
+                target,
+                target_addr,
+                ..
+            } => {
+                // only towards a member, at the address we know it by (no
+                // reflection to arbitrary addresses)
+                let known = self.member(&target).map(|m| m.id().addr);
+                if known != Some(target_addr) || self.relays.len() >= MAX_RELAYS {
+                    return;
+                }
+                let ping_id: u64 = self.rng.random();
+                let window = 2 * u64::try_from(self.cfg.probe_timeout.as_nanos()).unwrap_or(0);
+                self.relays.insert(
+                    ping_id,
+                    Relay {
+                        requester: from_addr,
+                        request_id: id,
+                        target,
+                        expires: now.saturating_add(window),
+                    },
+                );
+                let ping = Control::Ping {
+                    from: self.sender(),
+                    id: ping_id,
+                };
+                self.send_control(target_addr, &ping);
+            }
+            Control::ProbeReply { id, target, .. } => self.on_probe_reply(id, &target, now),
+            Control::Ping { id, .. } => {
+                let ack = Control::Ack {
+                    from: self.sender(),
+                    id,
+                };
+                self.send_control(from_addr, &ack);
+            }
+            Control::Ack { from, id } => {
+                if let Some(relay) = self.relays.remove(&id) {
+                    let reply = Control::ProbeReply {
+                        from: self.sender(),
+                        id: relay.request_id,
+                        target: relay.target,
+                    };
+                    self.send_control(relay.requester, &reply);
+                } else if let Some(check) = &mut self.fence_check
+                    && check.ids.remove(&id)
+                {
+                    check.acks.insert(from.name);
+                }
+            }
+            Control::Sync { reply, members, .. } => {
+                let result = self
+                    .foca
+                    .apply_many(members.into_iter(), true, &mut self.runtime);
+                self.after_foca(result, now);
+                if reply {
+                    self.send_state(from_addr, false);
+                }
+            }
+            Control::Leave { from } => {
+                let Some(member) = self.member(&from.name) else {
+                    return;
+                };
+                if member.id().generation != from.generation {
+                    return;
+                }
+                info!(node = %from.name, "member leaves");
+                let down = Member::new(member.id().clone(), member.incarnation(), State::Down);
+                let result = self
+                    .foca
+                    .apply_many(std::iter::once(down), true, &mut self.runtime);
+                self.after_foca(result, now);
+            }
+        }
+    }
+}

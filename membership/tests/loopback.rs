@@ -1,0 +1,185 @@
+//! Three membership instances on 127.0.0.1 (ephemeral ports, real timers):
+//! a silent kill detected by the watcher, a graceful leave seen at once,
+//! and the metrics' names.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use membership::{Config, EdgeConfig, Event, Membership, SecretKey};
+use prometheus::Registry;
+
+const SECRET: &[u8] = b"bG9vcGJhY2stdGVzdC1zZWNyZXQ";
+
+async fn start(name: &str, seeds: Vec<SocketAddr>, registry: Option<&Registry>) -> Membership {
+    let mut cfg = Config::new(name, "127.0.0.1:0".parse().unwrap(), 1);
+    cfg.cluster_size = 3;
+    let key = SecretKey::from_secret(SECRET).unwrap();
+    Membership::start(EdgeConfig::new(cfg, seeds, Some(key)), registry)
+        .await
+        .expect("start")
+}
+
+async fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !check() {
+        assert!(start.elapsed() < limit, "{what} within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn next_event(
+    member: &mut Membership,
+    limit: Duration,
+    pred: impl Fn(&Event) -> bool,
+) -> Option<Event> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, member.next_event()).await {
+            Ok(Some(event)) if pred(&event) => return Some(event),
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => return None,
+        }
+    }
+}
+
+async fn cluster(registry: Option<&Registry>) -> (Membership, Membership, Membership) {
+    let a = start("node-a", vec![], None).await;
+    let seeds = vec![a.local_addr()];
+    let b = start("node-b", seeds.clone(), registry).await;
+    let c = start("node-c", seeds, None).await;
+    for m in [&a, &b, &c] {
+        let live = m.live();
+        wait_for(
+            "the three members see each other",
+            Duration::from_secs(10),
+            || live.borrow().len() == 3,
+        )
+        .await;
+    }
+    (a, b, c)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_kill_is_detected_by_the_watcher() {
+    let (a, mut b, c) = cluster(None).await;
+    b.watch_owners(BTreeSet::from(["node-a".to_string()]));
+    assert!(
+        next_event(&mut b, Duration::from_secs(10), |e| {
+            matches!(e, Event::HeartbeatUp { node } if node == "node-a")
+        })
+        .await
+        .is_some(),
+        "heartbeat with the owner up"
+    );
+    // let the session switch to its fast rate (a Poll after Up)
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let killed = Instant::now();
+    drop(a);
+    let event = next_event(
+        &mut b,
+        Duration::from_secs(5),
+        |e| matches!(e, Event::OwnerDown { node, .. } if node == "node-a"),
+    )
+    .await
+    .expect("the watcher declares the killed owner down");
+    let detection = killed.elapsed();
+    println!("silent kill: watcher declared the owner down after {detection:?} ({event:?})");
+    // 300 ms detection + 200 ms confirmation; margin for a loaded machine
+    assert!(detection < Duration::from_millis(1000), "{detection:?}");
+    assert!(detection >= Duration::from_millis(200), "{detection:?}");
+    assert!(!b.live().borrow().contains("node-a"));
+    // the third member learns it through SWIM
+    let live = c.live();
+    wait_for(
+        "SWIM drops the dead member",
+        Duration::from_secs(15),
+        || !live.borrow().contains("node-a"),
+    )
+    .await;
+    println!(
+        "silent kill: the third member dropped it after {:?}",
+        killed.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_leave_is_seen_at_once() {
+    let (a, b, c) = cluster(None).await;
+    let left = Instant::now();
+    c.leave(Duration::from_secs(1)).await;
+    for m in [&a, &b] {
+        let live = m.live();
+        wait_for("the leave seen", Duration::from_secs(1), || {
+            !live.borrow().contains("node-c")
+        })
+        .await;
+    }
+    let seen = left.elapsed();
+    println!("graceful leave seen by both others after {seen:?}");
+    assert!(seen < Duration::from_millis(500), "{seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_exposition_names() {
+    let registry = Registry::new();
+    let (_a, b, _c) = cluster(Some(&registry)).await;
+    b.watch_owners(BTreeSet::from(["node-a".to_string()]));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let families = registry.gather();
+    let text = prometheus::TextEncoder::new()
+        .encode_to_string(&families)
+        .unwrap();
+    for name in [
+        "metallb_rs_membership_members{state=\"alive\"} 2",
+        "metallb_rs_membership_members{state=\"suspect\"}",
+        "metallb_rs_membership_members{state=\"down\"}",
+        "metallb_rs_membership_owner_down_total 0",
+        "metallb_rs_membership_path_faults_total 0",
+        "metallb_rs_membership_detection_seconds_bucket{le=\"0.5\"} 0",
+        "metallb_rs_membership_detection_seconds_count 0",
+        "metallb_rs_membership_auth_failures_total 0",
+        "metallb_rs_membership_malformed_total",
+        "metallb_rs_membership_replays_total",
+        "metallb_rs_membership_packets_sent_total{type=\"swim\"}",
+        "metallb_rs_membership_packets_sent_total{type=\"heartbeat\"}",
+        "metallb_rs_membership_packets_received_total{type=\"swim\"}",
+        "metallb_rs_membership_packets_received_total{type=\"probe_request\"}",
+        "metallb_rs_membership_fenced 0",
+        "metallb_rs_membership_watched_owners 1",
+        "metallb_rs_membership_events_dropped_total 0",
+        "metallb_rs_membership_send_errors_total 0",
+    ] {
+        assert!(text.contains(name), "{name} missing in\n{text}");
+    }
+    // packets are counted
+    let sent = families
+        .iter()
+        .find(|f| f.name() == "metallb_rs_membership_packets_sent_total")
+        .unwrap();
+    let swim = sent
+        .get_metric()
+        .iter()
+        .find(|m| m.get_label()[0].value() == "swim")
+        .unwrap();
+    assert!(swim.get_counter().get_value() > 0.0);
+    // no secret in the exposition
+    assert!(!text.contains("bG9vcGJhY2st"));
+    // an unauthenticated datagram is counted as an authentication failure
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.send_to(&[1, 0, 0, 0, 0], b.local_addr()).unwrap();
+    let start = Instant::now();
+    loop {
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .unwrap();
+        if text.contains("metallb_rs_membership_auth_failures_total 1") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "auth failure counted"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -1,0 +1,260 @@
+//! A simulated network of membership cores: a fake clock (ns), an
+//! in-memory network with per-link drop rules and a fixed latency plus
+//! seeded jitter, nodes that can be killed (silent), paused (datagrams
+//! wait in a bounded socket buffer) and resumed. No sockets.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use membership::{Config, Core, Event, Kind, Output, SecretKey};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+pub const MS: u64 = 1_000_000;
+pub const SEC: u64 = 1_000 * MS;
+/// Datagrams a paused node's socket holds.
+const SOCKET_BUFFER: usize = 1000;
+
+pub struct Node {
+    pub core: Core,
+    pub addr: SocketAddr,
+    pub killed: bool,
+    pub paused: bool,
+    backlog: VecDeque<(SocketAddr, Vec<u8>)>,
+    pub events: Vec<(u64, Event)>,
+}
+
+/// A datagram sent: from, to, kind, bytes.
+pub type Recorded = (usize, usize, Kind, Vec<u8>);
+
+pub struct Sim {
+    pub now: u64,
+    pub nodes: Vec<Node>,
+    queue: BTreeMap<(u64, u64), (SocketAddr, SocketAddr, Vec<u8>)>,
+    seq: u64,
+    rng: StdRng,
+    pub latency: u64,
+    pub jitter: u64,
+    /// Directed links that drop everything.
+    pub blocked: BTreeSet<(usize, usize)>,
+    /// Datagrams sent per node and kind since the last reset.
+    pub sent: Vec<BTreeMap<Kind, u64>>,
+    /// When set, every datagram sent.
+    pub record: Option<Vec<Recorded>>,
+}
+
+pub fn name(i: usize) -> String {
+    format!("node-{i}")
+}
+
+pub fn addr(i: usize) -> SocketAddr {
+    let host = u8::try_from(i + 1).expect("fewer than 255 nodes");
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(192, 0, 2, host)), 7946)
+}
+
+impl Sim {
+    /// `n` nodes sharing `secret` (None: unauthenticated), seeded.
+    pub fn new(n: usize, secret: Option<&[u8]>, seed: u64, tweak: impl Fn(&mut Config)) -> Sim {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let nodes = (0..n)
+            .map(|i| {
+                let mut cfg = Config::new(name(i), addr(i), 1_000 + i as u64);
+                cfg.cluster_size = u32::try_from(n).unwrap();
+                tweak(&mut cfg);
+                let key = secret.map(|s| SecretKey::from_secret(s).unwrap());
+                Node {
+                    core: Core::new(cfg, key, rng.random()),
+                    addr: addr(i),
+                    killed: false,
+                    paused: false,
+                    backlog: VecDeque::new(),
+                    events: Vec::new(),
+                }
+            })
+            .collect();
+        Sim {
+            now: 0,
+            nodes,
+            queue: BTreeMap::new(),
+            seq: 0,
+            rng,
+            latency: 200_000,
+            jitter: 100_000,
+            blocked: BTreeSet::new(),
+            sent: vec![BTreeMap::new(); n],
+            record: None,
+        }
+    }
+
+    pub fn index_of(&self, addr: SocketAddr) -> Option<usize> {
+        self.nodes.iter().position(|n| n.addr == addr)
+    }
+
+    /// Every node joins through node 0, then the cluster runs until every
+    /// node sees every other (panics after `limit`).
+    pub fn converge(&mut self, limit: u64) {
+        let seeds = [addr(0)];
+        for i in 1..self.nodes.len() {
+            self.nodes[i].core.join(&seeds, self.now);
+            self.flush(i);
+        }
+        let deadline = self.now + limit;
+        let n = self.nodes.len();
+        while self.now < deadline {
+            self.run_for(100 * MS);
+            if self.nodes.iter().all(|node| node.core.live().len() == n) {
+                return;
+            }
+        }
+        let sizes: Vec<usize> = self.nodes.iter().map(|n| n.core.live().len()).collect();
+        panic!("cluster of {n} did not converge: {sizes:?}");
+    }
+
+    pub fn watch(&mut self, watcher: usize, owners: &[usize]) {
+        let set = owners.iter().map(|i| name(*i)).collect();
+        self.nodes[watcher].core.watch_owners(set, self.now);
+        self.flush(watcher);
+    }
+
+    pub fn kill(&mut self, i: usize) {
+        self.nodes[i].killed = true;
+    }
+
+    pub fn pause(&mut self, i: usize) {
+        self.nodes[i].paused = true;
+    }
+
+    pub fn resume(&mut self, i: usize) {
+        self.nodes[i].paused = false;
+        let now = self.now;
+        self.nodes[i].core.tick(now);
+        while let Some((from, data)) = self.nodes[i].backlog.pop_front() {
+            self.nodes[i].core.handle_datagram(from, &data, now);
+        }
+        self.flush(i);
+    }
+
+    /// Cuts both directions between `a` and `b`.
+    pub fn cut(&mut self, a: usize, b: usize) {
+        self.blocked.insert((a, b));
+        self.blocked.insert((b, a));
+    }
+
+    /// Isolates `a` from every other node.
+    pub fn isolate(&mut self, a: usize) {
+        for b in 0..self.nodes.len() {
+            if a != b {
+                self.cut(a, b);
+            }
+        }
+    }
+
+    pub fn heal(&mut self) {
+        self.blocked.clear();
+    }
+
+    fn running(&self, i: usize) -> bool {
+        !self.nodes[i].killed && !self.nodes[i].paused
+    }
+
+    /// Moves outputs of node `i` into the network and its event log.
+    pub fn flush(&mut self, i: usize) {
+        let outputs = self.nodes[i].core.take_outputs();
+        for output in outputs {
+            match output {
+                Output::Send { to, kind, datagram } => {
+                    *self.sent[i].entry(kind).or_default() += 1;
+                    let Some(j) = self.index_of(to) else {
+                        continue;
+                    };
+                    if let Some(record) = &mut self.record {
+                        record.push((i, j, kind, datagram.clone()));
+                    }
+                    if self.blocked.contains(&(i, j)) {
+                        continue;
+                    }
+                    let at = self.now + self.latency + self.rng.random_range(0..=self.jitter);
+                    self.seq += 1;
+                    self.queue
+                        .insert((at, self.seq), (self.nodes[i].addr, to, datagram));
+                }
+                Output::Event(event) => self.nodes[i].events.push((self.now, event)),
+            }
+        }
+    }
+
+    /// Injects a raw datagram for node `to` from `from` (now + latency).
+    pub fn inject(&mut self, from: SocketAddr, to: usize, datagram: Vec<u8>) {
+        self.seq += 1;
+        let at = self.now + self.latency;
+        self.queue
+            .insert((at, self.seq), (from, self.nodes[to].addr, datagram));
+    }
+
+    /// Runs the whole cluster until `now + duration`.
+    pub fn run_for(&mut self, duration: u64) {
+        let end = self.now + duration;
+        loop {
+            let packet = self.queue.keys().next().map(|(at, _)| *at);
+            let timer = (0..self.nodes.len())
+                .filter(|i| self.running(*i))
+                .filter_map(|i| self.nodes[i].core.next_deadline().map(|at| (at, i)))
+                .min();
+            let next = match (packet, timer) {
+                (Some(p), Some((t, _))) => p.min(t),
+                (Some(p), None) => p,
+                (None, Some((t, _))) => t,
+                (None, None) => end,
+            };
+            if next > end {
+                break;
+            }
+            self.now = self.now.max(next);
+            if packet == Some(next) {
+                let (_, (from, to, data)) = self.queue.pop_first().unwrap();
+                let Some(j) = self.index_of(to) else {
+                    continue;
+                };
+                if self.nodes[j].killed {
+                    continue;
+                }
+                if self.nodes[j].paused {
+                    if self.nodes[j].backlog.len() < SOCKET_BUFFER {
+                        self.nodes[j].backlog.push_back((from, data));
+                    }
+                    continue;
+                }
+                let now = self.now;
+                self.nodes[j].core.handle_datagram(from, &data, now);
+                self.flush(j);
+            } else if let Some((_, i)) = timer {
+                let now = self.now;
+                self.nodes[i].core.tick(now);
+                self.flush(i);
+            }
+        }
+        self.now = end;
+    }
+
+    /// The first event of node `i` at or after `since` matching `pred`.
+    pub fn first_event(
+        &self,
+        i: usize,
+        since: u64,
+        pred: impl Fn(&Event) -> bool,
+    ) -> Option<(u64, Event)> {
+        self.nodes[i]
+            .events
+            .iter()
+            .find(|(at, e)| *at >= since && pred(e))
+            .cloned()
+    }
+
+    pub fn reset_counts(&mut self) {
+        for counts in &mut self.sent {
+            counts.clear();
+        }
+    }
+}

@@ -1,0 +1,393 @@
+//! The membership cores in a simulated network (fake clock, no sockets):
+//! detection of a killed owner, path faults, refutation, self-fence,
+//! graceful leave, authentication, and the packet rates.
+
+mod sim;
+
+use membership::{Event, Kind};
+use sim::{MS, SEC, Sim, addr, name};
+
+const SECRET: &[u8] = b"c2VjcmV0LWtleS1mb3ItdGVzdHM";
+
+/// A converged cluster of `n` where node 1 watches node 0, heartbeat Up.
+fn watched_cluster(n: usize, seed: u64) -> Sim {
+    let mut sim = Sim::new(n, Some(SECRET), seed, |_| {});
+    sim.converge(30 * SEC);
+    sim.watch(1, &[0]);
+    sim.run_for(5 * SEC);
+    assert!(
+        sim.nodes[1].core.heartbeat_up(&name(0)),
+        "watcher session up"
+    );
+    assert!(sim.nodes[0].core.heartbeat_up(&name(1)), "owner session up");
+    sim
+}
+
+fn owner_down(event: &Event, node: &str) -> bool {
+    matches!(event, Event::OwnerDown { node: n, .. } if n == node)
+}
+
+fn killed_owner_is_declared_down(n: usize, seed: u64) {
+    let mut sim = watched_cluster(n, seed);
+    let killed_at = sim.now;
+    sim.kill(0);
+    sim.run_for(600 * MS);
+    let (at, event) = sim
+        .first_event(1, killed_at, |e| owner_down(e, &name(0)))
+        .expect("the watcher declares the owner down");
+    let detection = at - killed_at;
+    println!(
+        "n={n}: watcher declared the killed owner down after {} ms ({event:?})",
+        detection / MS
+    );
+    assert!(detection <= 500 * MS, "detection {detection} ns");
+    assert!(
+        detection >= 200 * MS,
+        "not before the heartbeat could expire: {detection}"
+    );
+    assert!(!sim.nodes[1].core.live().contains(&name(0)));
+    // every member learns it through SWIM (suspicion then down)
+    let mut all_at = None;
+    for _ in 0..200 {
+        sim.run_for(100 * MS);
+        if (1..n).all(|i| !sim.nodes[i].core.live().contains(&name(0))) {
+            all_at = Some(sim.now - killed_at);
+            break;
+        }
+    }
+    let all_at = all_at.expect("every member drops the dead owner within 20 s");
+    println!("n={n}: every member dropped it after {} ms", all_at / MS);
+    // nobody else declared a takeover, and nobody dropped a live node
+    for i in 2..n {
+        assert!(
+            sim.first_event(i, killed_at, |e| matches!(e, Event::OwnerDown { .. }))
+                .is_none()
+        );
+        assert_eq!(sim.nodes[i].core.live().len(), n - 1, "node {i}");
+    }
+}
+
+#[test]
+fn killed_owner_declared_down_3() {
+    killed_owner_is_declared_down(3, 1);
+}
+
+#[test]
+fn killed_owner_declared_down_20() {
+    killed_owner_is_declared_down(20, 2);
+}
+
+#[test]
+fn detection_bound_holds_over_seeds() {
+    let mut worst = 0;
+    for seed in 10..20 {
+        let mut sim = watched_cluster(3, seed);
+        // kill at an arbitrary phase of the heartbeat period
+        sim.run_for(seed * 7 * MS);
+        let killed_at = sim.now;
+        sim.kill(0);
+        sim.run_for(600 * MS);
+        let (at, _) = sim
+            .first_event(1, killed_at, |e| owner_down(e, &name(0)))
+            .expect("declared down");
+        worst = worst.max(at - killed_at);
+    }
+    println!("worst detection over 10 seeds: {} ms", worst / MS);
+    assert!(worst <= 500 * MS);
+}
+
+#[test]
+fn path_fault_moves_nothing() {
+    let mut sim = watched_cluster(3, 3);
+    let cut_at = sim.now;
+    sim.cut(0, 1);
+    // both ends see the heartbeat down within 300 ms
+    sim.run_for(300 * MS);
+    assert!(!sim.nodes[1].core.heartbeat_up(&name(0)), "watcher side");
+    assert!(!sim.nodes[0].core.heartbeat_up(&name(1)), "owner side");
+    sim.run_for(2700 * MS);
+    let fault = sim
+        .first_event(
+            1,
+            cut_at,
+            |e| matches!(e, Event::PathFault { node } if *node == name(0)),
+        )
+        .expect("the watcher reports a path fault");
+    println!("path fault reported after {} ms", (fault.0 - cut_at) / MS);
+    for i in 0..3 {
+        assert!(
+            sim.first_event(i, cut_at, |e| matches!(e, Event::OwnerDown { .. }))
+                .is_none(),
+            "node {i} declared someone down"
+        );
+        assert_eq!(sim.nodes[i].core.live().len(), 3, "node {i} live set");
+    }
+    assert!(sim.nodes[1].core.counters().path_faults >= 1);
+    // still fine after SWIM's own timers had their say
+    sim.run_for(8 * SEC);
+    for i in 0..3 {
+        assert_eq!(sim.nodes[i].core.live().len(), 3, "node {i} live set");
+    }
+    // heal: the heartbeat comes back
+    sim.heal();
+    sim.run_for(5 * SEC);
+    assert!(sim.nodes[1].core.heartbeat_up(&name(0)));
+}
+
+#[test]
+fn paused_owner_refutes() {
+    let mut sim = watched_cluster(5, 4);
+    let paused_at = sim.now;
+    sim.pause(0);
+    sim.run_for(SEC);
+    assert!(
+        sim.first_event(1, paused_at, |e| owner_down(e, &name(0)))
+            .is_some()
+    );
+    assert!(!sim.nodes[1].core.live().contains(&name(0)));
+    let resumed_at = sim.now;
+    sim.resume(0);
+    sim.run_for(3 * SEC);
+    let (back_at, _) = sim
+        .first_event(
+            1,
+            resumed_at,
+            |e| matches!(e, Event::OwnerBack { node } if *node == name(0)),
+        )
+        .expect("the owner refuted");
+    println!(
+        "owner back {} ms after resuming",
+        (back_at - resumed_at) / MS
+    );
+    for i in 0..5 {
+        assert!(sim.nodes[i].core.live().contains(&name(0)), "node {i}");
+    }
+    // refuted with a higher incarnation, same identity
+    let members = sim.nodes[2].core.members();
+    let (id, _, incarnation) = members.iter().find(|(id, ..)| id.name == name(0)).unwrap();
+    assert_eq!(id.generation, 1_000);
+    assert!(*incarnation >= 1);
+    sim.run_for(3 * SEC);
+    assert!(
+        sim.nodes[1].core.heartbeat_up(&name(0)),
+        "heartbeat back up"
+    );
+}
+
+#[test]
+fn graceful_leave_is_seen_at_once() {
+    let mut sim = watched_cluster(5, 5);
+    let left_at = sim.now;
+    sim.nodes[0].core.leave(sim.now);
+    sim.flush(0);
+    sim.run_for(20 * MS);
+    for i in 1..5 {
+        assert!(!sim.nodes[i].core.live().contains(&name(0)), "node {i}");
+        let (at, _) = sim
+            .first_event(
+                i,
+                left_at,
+                |e| matches!(e, Event::LiveChanged(live) if !live.contains(&name(0))),
+            )
+            .unwrap();
+        assert!(at - left_at < 5 * MS);
+    }
+    // a leave is no crash: no owner-down, no confirmation
+    sim.run_for(SEC);
+    assert!(
+        sim.first_event(1, left_at, |e| owner_down(e, &name(0)))
+            .is_none()
+    );
+}
+
+#[test]
+fn authentication_failures_are_counted() {
+    let mut sim = Sim::new(4, Some(SECRET), 6, |_| {});
+    // node 3 has another key
+    let mut stranger = Sim::new(4, Some(b"another-secret"), 6, |_| {});
+    sim.nodes[3] = stranger.nodes.remove(3);
+    sim.nodes[3].core.join(&[addr(0)], 0);
+    sim.flush(3);
+    for i in 1..3 {
+        sim.nodes[i].core.join(&[addr(0)], 0);
+        sim.flush(i);
+    }
+    sim.run_for(5 * SEC);
+    for i in 0..3 {
+        assert_eq!(sim.nodes[i].core.live().len(), 3, "node {i}");
+        assert!(!sim.nodes[i].core.live().contains(&name(3)));
+    }
+    assert!(sim.nodes[0].core.counters().auth_failures >= 1);
+    assert_eq!(sim.nodes[3].core.live().len(), 1);
+    // an unauthenticated datagram is refused too
+    let before = sim.nodes[1].core.counters().auth_failures;
+    sim.inject(addr(3), 1, vec![Kind::Ping as u8, 0, 1, 2, 3]);
+    sim.run_for(10 * MS);
+    assert_eq!(sim.nodes[1].core.counters().auth_failures, before + 1);
+}
+
+#[test]
+fn self_fence_on_the_minority_side_before_takeover() {
+    let mut sim = Sim::new(5, Some(SECRET), 7, |cfg| cfg.self_fence = true);
+    sim.converge(30 * SEC);
+    sim.watch(1, &[0]);
+    sim.run_for(5 * SEC);
+    let cut_at = sim.now;
+    sim.isolate(0);
+    sim.run_for(SEC);
+    let (fence_at, _) = sim
+        .first_event(0, cut_at, |e| *e == Event::Fence(true))
+        .expect("the isolated owner fences");
+    let (down_at, _) = sim
+        .first_event(1, cut_at, |e| owner_down(e, &name(0)))
+        .expect("the watcher takes over");
+    println!(
+        "fence after {} ms, takeover after {} ms",
+        (fence_at - cut_at) / MS,
+        (down_at - cut_at) / MS
+    );
+    assert!(fence_at < down_at, "no overlap");
+    // the majority side does not fence
+    for i in 1..5 {
+        assert!(
+            sim.first_event(i, cut_at, |e| *e == Event::Fence(true))
+                .is_none()
+        );
+    }
+    sim.heal();
+    sim.run_for(3 * SEC);
+    assert!(
+        sim.first_event(0, cut_at, |e| *e == Event::Fence(false))
+            .is_some()
+    );
+    assert!(!sim.nodes[0].core.fenced());
+}
+
+#[test]
+fn no_fence_by_default() {
+    let mut sim = watched_cluster(3, 8);
+    let cut_at = sim.now;
+    sim.isolate(0);
+    sim.run_for(2 * SEC);
+    assert!(
+        sim.first_event(0, cut_at, |e| matches!(e, Event::Fence(_)))
+            .is_none()
+    );
+}
+
+fn packet_rates(n: usize, seed: u64) -> (f64, f64, f64) {
+    let mut sim = Sim::new(n, Some(SECRET), seed, |_| {});
+    sim.converge(60 * SEC);
+    // each node watches the next one: two heartbeat sessions per node
+    for i in 0..n {
+        sim.watch(i, &[(i + 1) % n]);
+    }
+    sim.run_for(5 * SEC);
+    sim.reset_counts();
+    let seconds = 20;
+    sim.run_for(seconds * SEC);
+    let total = |kind: Kind| -> f64 {
+        sim.sent
+            .iter()
+            .map(|c| c.get(&kind).copied().unwrap_or(0))
+            .sum::<u64>() as f64
+    };
+    let per_node = |x: f64| x / n as f64 / seconds as f64;
+    let swim = per_node(total(Kind::Swim));
+    let heartbeat = per_node(total(Kind::Heartbeat));
+    let all = per_node(Kind::ALL.iter().map(|k| total(*k)).sum());
+    println!("n={n}: per node sent/s: SWIM {swim:.1}, heartbeat {heartbeat:.1}, all {all:.1}");
+    (swim, heartbeat, all)
+}
+
+#[test]
+fn packets_per_second_per_node() {
+    let (swim3, hb3, all3) = packet_rates(3, 9);
+    let (swim20, hb20, all20) = packet_rates(20, 10);
+    // two sessions per node at 100 ms with 75-100 % jitter: 20-27 pps
+    for hb in [hb3, hb20] {
+        assert!((18.0..=28.0).contains(&hb), "heartbeat {hb}");
+    }
+    // SWIM: a probe and its ack per second, plus gossip every 200 ms
+    for swim in [swim3, swim20] {
+        assert!((1.0..=25.0).contains(&swim), "swim {swim}");
+    }
+    assert!(all3 < 60.0 && all20 < 60.0);
+}
+
+#[test]
+fn packets_per_second_per_node_100() {
+    let (swim, hb, _) = packet_rates(100, 11);
+    assert!((18.0..=28.0).contains(&hb), "heartbeat {hb}");
+    assert!((1.0..=25.0).contains(&swim), "swim {swim}");
+}
+
+#[test]
+fn heartbeat_arms_within_a_few_seconds() {
+    let mut worst = 0;
+    for seed in 30..40 {
+        let mut sim = Sim::new(3, Some(SECRET), seed, |_| {});
+        sim.converge(30 * SEC);
+        let watched_at = sim.now;
+        sim.watch(1, &[0]);
+        sim.run_for(5 * SEC);
+        let (at, _) = sim
+            .first_event(
+                1,
+                watched_at,
+                |e| matches!(e, Event::HeartbeatUp { node } if *node == name(0)),
+            )
+            .expect("heartbeat up");
+        worst = worst.max(at - watched_at);
+    }
+    // BFD's 1 s slow rate until Up (RFC 5880 6.8.3): two or three packets
+    println!("heartbeat armed after at most {} ms", worst / MS);
+    assert!(worst <= 3 * SEC);
+}
+
+#[test]
+fn replayed_heartbeats_are_refused() {
+    let mut sim = watched_cluster(3, 12);
+    sim.record = Some(Vec::new());
+    sim.run_for(500 * MS);
+    let recorded = sim.record.take().unwrap();
+    let (_, _, _, heartbeat) = recorded
+        .iter()
+        .find(|(from, to, kind, _)| *from == 0 && *to == 1 && *kind == Kind::Heartbeat)
+        .expect("a heartbeat from the owner")
+        .clone();
+    // the owner dies; an attacker replays its old heartbeats to the watcher
+    let killed_at = sim.now;
+    sim.kill(0);
+    for _ in 0..10 {
+        sim.inject(addr(0), 1, heartbeat.clone());
+        sim.run_for(50 * MS);
+    }
+    assert!(sim.nodes[1].core.counters().replays >= 10);
+    let (at, _) = sim
+        .first_event(1, killed_at, |e| owner_down(e, &name(0)))
+        .expect("declared down despite the replays");
+    assert!(at - killed_at <= 500 * MS);
+}
+
+#[test]
+fn a_path_fault_is_reported_once_per_loss() {
+    let mut sim = watched_cluster(3, 13);
+    let cut_at = sim.now;
+    sim.cut(0, 1);
+    sim.run_for(5 * SEC);
+    let faults = sim.nodes[1]
+        .events
+        .iter()
+        .filter(|(at, e)| *at >= cut_at && matches!(e, Event::PathFault { .. }))
+        .count();
+    assert_eq!(faults, 1);
+    assert_eq!(sim.nodes[1].core.counters().path_faults, 1);
+    // healed, then cut again: a second report
+    sim.heal();
+    sim.run_for(4 * SEC);
+    assert!(sim.nodes[1].core.heartbeat_up(&name(0)));
+    sim.cut(0, 1);
+    sim.run_for(2 * SEC);
+    assert_eq!(sim.nodes[1].core.counters().path_faults, 2);
+}

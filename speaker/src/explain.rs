@@ -1,0 +1,476 @@
+//! Why a Service is (not) announced, node by node: the speaker's own
+//! decisions ([`crate::decide`]) run for every Node on the same inputs the
+//! speakers read (the configuration objects, the Nodes, the Service and its
+//! EndpointSlices), with a hint naming the object and field to change.
+//! Pure: `metallbctl explain` runs it on files or on objects read from the
+//! API server.
+//!
+//! Both modes: BGP (what each node sends to which BGPPeer) and layer 2 (the
+//! election order every speaker computes, with scores, and the interfaces).
+//! Layer 2 assumes every Node runs a live speaker (membership as the
+//! speakers see it is not in the objects).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use cluster_view::endpoints;
+use cluster_view::services;
+use config::Resources;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use serde::Serialize;
+
+use crate::decide::NodeFacts;
+use crate::decide::bgp::{self, Options, Reason};
+use crate::decide::l2::{self, Election};
+use crate::decide::sessions;
+use crate::node_config;
+
+/// The explanation of one Service.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explanation {
+    /// `namespace/name`.
+    pub service: String,
+    /// Its ingress addresses (as written in its status).
+    pub ips: Vec<String>,
+    /// BGP mode, one entry per Node (sorted by name).
+    pub bgp: Vec<NodeBgp>,
+    /// Layer 2 mode, when an L2Advertisement selects the Service's pool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub l2: Option<L2>,
+    /// Combinations that leave the Service unreachable although MetalLB
+    /// accepts them, each naming what to change.
+    pub warnings: Vec<String>,
+}
+
+/// What one node does for the Service in BGP mode.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeBgp {
+    /// The Node's name.
+    pub node: String,
+    /// Announced or not.
+    pub announced: bool,
+    /// MetalLB's reason when not (`notOwner`, `noLocalEndpoints`, ...), or
+    /// `configurationInvalid` when this node's configuration is refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What to change, naming the object and field.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    /// The routes sent, per BGPPeer running on this node.
+    pub routes: Vec<PeerRoute>,
+    /// The BGPPeers whose sessions run on this node.
+    pub sessions: Vec<String>,
+}
+
+/// Layer 2: the election and what each node does.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct L2 {
+    /// The candidates in order (the first answers), when an election is held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub election: Option<Election>,
+    /// One entry per Node (sorted by name).
+    pub nodes: Vec<NodeL2>,
+}
+
+/// What one node does for the Service in layer 2 mode.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeL2 {
+    /// The Node's name.
+    pub node: String,
+    /// Answers ARP/NDP for the addresses.
+    pub announced: bool,
+    /// MetalLB's reason when not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What to change, or who answers instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    /// The interfaces it answers on (empty: every eligible one).
+    pub interfaces: Vec<String>,
+}
+
+/// One prefix sent to one BGPPeer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerRoute {
+    /// The BGPPeer's name.
+    pub peer: String,
+    /// The prefix.
+    pub prefix: String,
+    /// LOCAL_PREF (iBGP peers only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_pref: Option<u32>,
+    /// Communities.
+    pub communities: Vec<String>,
+    /// The BGPAdvertisement it comes from.
+    pub advertisement: String,
+}
+
+/// Explains `svc` (`namespace/name`; `None`: it does not exist) on every
+/// Node of `resources`, with the Service's EndpointSlices `slices`.
+pub fn service(
+    resources: &Resources,
+    key: &str,
+    svc: Option<&Service>,
+    slices: &[Arc<EndpointSlice>],
+    options: &Options,
+) -> Explanation {
+    let ips = svc
+        .and_then(|s| s.status.as_ref()?.load_balancer.as_ref()?.ingress.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|i| i.ip)
+        .collect::<Vec<_>>();
+    let mut nodes: Vec<_> = resources.nodes.iter().collect();
+    nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let facts_all: BTreeMap<String, NodeFacts> = nodes
+        .iter()
+        .map(|n| {
+            let f = NodeFacts::of(n);
+            (f.name.clone(), f)
+        })
+        .collect();
+    let mut bgp_nodes = Vec::with_capacity(nodes.len());
+    let mut l2_nodes = Vec::with_capacity(nodes.len());
+    let mut election = None;
+    let mut l2_used = false;
+    let mut bgp_used = false;
+    for node in nodes {
+        let facts = NodeFacts::of(node);
+        let parsed = node_config::for_node(resources.clone(), node)
+            .and_then(|r| config::parse(&r).map_err(|e| e.to_string()));
+        let config = match parsed {
+            Ok(c) => c,
+            Err(e) => {
+                bgp_nodes.push(NodeBgp {
+                    node: facts.name,
+                    announced: false,
+                    reason: Some("configurationInvalid".into()),
+                    hint: Some(format!(
+                        "this node's speaker refuses the configuration (and keeps its last \
+                         good one): {e}"
+                    )),
+                    routes: Vec::new(),
+                    sessions: Vec::new(),
+                });
+                continue;
+            }
+        };
+        let d = l2::decide(
+            &config,
+            &facts.name,
+            l2::Cluster {
+                nodes: &facts_all,
+                live: None,
+            },
+            svc,
+            slices,
+            options,
+        );
+        l2_used |= config
+            .l2_advertisements
+            .iter()
+            .any(|a| l2_selects_pool(&config, &a.pools, &ips));
+        bgp_used |= config
+            .bgp_advertisements
+            .iter()
+            .any(|a| l2_selects_pool(&config, &a.pools, &ips));
+        if election.is_none() {
+            election = d.election.clone();
+        }
+        l2_nodes.push(node_l2(&d, &config, &facts, svc, key, &ips, options));
+        let (specs, _skipped) = sessions::sessions(&config, &facts);
+        let running: Vec<String> = specs.keys().cloned().collect();
+        match bgp::decide(&config, &facts, svc, slices, options) {
+            Ok(ann) => {
+                let mut routes = Vec::new();
+                for peer in &running {
+                    for r in ann.routes.iter().filter(|r| r.goes_to(peer)) {
+                        routes.push(PeerRoute {
+                            peer: peer.clone(),
+                            prefix: r.prefix.to_string(),
+                            local_pref: r.local_pref,
+                            communities: r.communities.iter().map(ToString::to_string).collect(),
+                            advertisement: r.advertisement.clone(),
+                        });
+                    }
+                }
+                bgp_nodes.push(NodeBgp {
+                    node: facts.name,
+                    announced: true,
+                    reason: None,
+                    hint: routes.is_empty().then(|| {
+                        "announced, but to no BGPPeer: no session runs on this node for the \
+                         advertisements' spec.peers (BGPPeer spec.nodeSelectors)"
+                            .to_owned()
+                    }),
+                    routes,
+                    sessions: running,
+                });
+            }
+            Err(reason) => {
+                let hint = hint(reason, &config, &facts, svc, key, &ips, options);
+                bgp_nodes.push(NodeBgp {
+                    node: facts.name,
+                    announced: false,
+                    reason: Some(reason.as_str().to_owned()),
+                    hint: Some(hint),
+                    routes: Vec::new(),
+                    sessions: running,
+                });
+            }
+        }
+    }
+    // Only the modes the Service's pool is advertised in (both when its
+    // addresses are in no pool: the reasons say so).
+    let in_pool = bgp_nodes
+        .iter()
+        .all(|n| n.reason.as_deref() != Some("ipNotAllowed"));
+    if in_pool && !bgp_used && (l2_used || !ips.is_empty()) {
+        bgp_nodes.clear();
+    }
+    let mut warnings = warnings(&bgp_nodes, svc, key, slices);
+    if in_pool && !bgp_used && !l2_used && !ips.is_empty() {
+        warnings.push(format!(
+            "no L2Advertisement or BGPAdvertisement selects the IPAddressPool of Service {key} \
+             (their spec.ipAddressPools / spec.ipAddressPoolSelectors): nothing announces it"
+        ));
+    }
+    let l2 = l2_used.then_some(L2 {
+        election,
+        nodes: l2_nodes,
+    });
+    if let (Some(l2), Some(svc)) = (&l2, svc)
+        && services::traffic_policy_local(svc)
+        && l2
+            .election
+            .as_ref()
+            .is_some_and(|e| e.candidates.is_empty())
+    {
+        warnings.push(format!(
+            "Service {key} has spec.externalTrafficPolicy Local and none of the nodes with its \
+             endpoints ({}) is selected by an L2Advertisement of its pool (their \
+             spec.nodeSelectors) or eligible: nothing answers for it",
+            endpoints::nodes_with_serving_endpoints(slices, endpoints::Addresses::NotRequired)
+                .into_iter()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    Explanation {
+        service: key.to_owned(),
+        ips,
+        bgp: bgp_nodes,
+        l2,
+        warnings,
+    }
+}
+
+/// Whether an advertisement of `pools` selects the pool of `ips`.
+fn l2_selects_pool(config: &config::Config, pools: &[String], ips: &[String]) -> bool {
+    let parsed: Vec<IpAddr> = ips.iter().filter_map(|i| i.parse().ok()).collect();
+    config.pools.values().any(|p| {
+        !parsed.is_empty()
+            && parsed.iter().all(|ip| p.contains(ip.to_canonical()))
+            && pools.contains(&p.name)
+    })
+}
+
+fn node_l2(
+    d: &l2::Decision,
+    config: &config::Config,
+    node: &NodeFacts,
+    svc: Option<&Service>,
+    key: &str,
+    ips: &[String],
+    options: &Options,
+) -> NodeL2 {
+    match &d.result {
+        Ok(a) => NodeL2 {
+            node: node.name.clone(),
+            announced: true,
+            reason: None,
+            hint: None,
+            interfaces: a.interfaces.names(),
+        },
+        Err(reason) => {
+            let hint = match (reason, &d.election) {
+                (Reason::NotOwner, Some(e)) => match e.winner() {
+                    Some(w) => format!("node {w} wins the election and answers"),
+                    None => format!(
+                        "no node is a candidate for Service {key}: every node selected by its \
+                         L2Advertisements is excluded (NetworkUnavailable, the exclude label) \
+                         or, with externalTrafficPolicy Local, hosts no serving endpoint"
+                    ),
+                },
+                (Reason::NotOwner, None) => format!(
+                    "Service {key} has no serving endpoint anywhere (its Pods are not ready, or \
+                     spec.selector matches none)"
+                ),
+                (Reason::NoMatchingAdvertisement, _) => format!(
+                    "no L2Advertisement of the Service's pool that selects Service {key} selects \
+                     node {} (their spec.nodeSelectors / spec.serviceSelectors)",
+                    node.name
+                ),
+                (r, _) => hint(*r, config, node, svc, key, ips, options),
+            };
+            NodeL2 {
+                node: node.name.clone(),
+                announced: false,
+                reason: Some(reason.as_str().to_owned()),
+                hint: Some(hint),
+                interfaces: Vec::new(),
+            }
+        }
+    }
+}
+
+/// What to change for `reason`, naming the object and field.
+fn hint(
+    reason: Reason,
+    config: &config::Config,
+    node: &NodeFacts,
+    svc: Option<&Service>,
+    key: &str,
+    ips: &[String],
+    options: &Options,
+) -> String {
+    let pool = || {
+        let parsed: Vec<IpAddr> = ips.iter().filter_map(|i| i.parse().ok()).collect();
+        config
+            .pools
+            .values()
+            .find(|p| !parsed.is_empty() && parsed.iter().all(|ip| p.contains(*ip)))
+            .map(|p| p.name.clone())
+            .unwrap_or_default()
+    };
+    match reason {
+        Reason::ServiceDeleted => format!("Service {key} does not exist"),
+        Reason::NotLoadBalancer => format!(
+            "Service {key} spec.type is {}: only LoadBalancer Services are announced",
+            svc.and_then(|s| s.spec.as_ref()?.type_.clone())
+                .unwrap_or_else(|| "ClusterIP".into())
+        ),
+        Reason::OtherLoadBalancerClass => format!(
+            "Service {key} spec.loadBalancerClass is {:?}; these speakers handle {}",
+            svc.and_then(|s| s.spec.as_ref()?.load_balancer_class.clone())
+                .unwrap_or_default(),
+            if options.lb_class.is_empty() {
+                "Services without a class (--lb-class)".to_owned()
+            } else {
+                format!("class {:?} (--lb-class)", options.lb_class)
+            }
+        ),
+        Reason::NoIpAllocated => format!(
+            "Service {key} status.loadBalancer.ingress is empty: the controller has not \
+             assigned an address (its events on the Service and ConfigurationState \
+             controller say why)"
+        ),
+        Reason::InvalidIp => format!(
+            "Service {key} status.loadBalancer.ingress holds an address that does not parse"
+        ),
+        Reason::IpNotAllowed => format!(
+            "no single IPAddressPool holds every address of {key} ({}): check the pools' \
+             spec.addresses",
+            ips.join(", ")
+        ),
+        Reason::NotOwner => format!(
+            "no BGPAdvertisement of IPAddressPool {} selects node {}: its spec.ipAddressPools \
+             / spec.ipAddressPoolSelectors or spec.nodeSelectors",
+            pool(),
+            node.name
+        ),
+        Reason::NoMatchingAdvertisement => format!(
+            "the BGPAdvertisements of IPAddressPool {} on node {} do not select Service {key}: \
+             their spec.serviceSelectors, or the Service's labels",
+            pool(),
+            node.name
+        ),
+        Reason::ConflictingAdvertisements => format!(
+            "two BGPAdvertisements of IPAddressPool {} send the same prefix with different \
+             spec.localPref on node {}",
+            pool(),
+            node.name
+        ),
+        Reason::NodeNetworkUnavailable => format!(
+            "Node {} has the condition NetworkUnavailable=True (status.conditions)",
+            node.name
+        ),
+        Reason::NodeLabeledExcludeBalancers => format!(
+            "Node {} has the label node.kubernetes.io/exclude-from-external-load-balancers \
+             (or run the speakers with --ignore-exclude-lb)",
+            node.name
+        ),
+        Reason::NoLocalEndpoints => format!(
+            "Service {key} has spec.externalTrafficPolicy Local and none of its serving \
+             endpoints (EndpointSlices) runs on node {}",
+            node.name
+        ),
+        Reason::SharedIpWithServiceSelector => format!(
+            "Service {key} shares its address (allow-shared-ip annotation) and an L2Advertisement \
+             of IPAddressPool {} has spec.serviceSelectors",
+            pool()
+        ),
+        Reason::NoEndpoints => format!(
+            "Service {key} has no serving endpoint with an address (its Pods are not ready, or \
+             spec.selector matches none)"
+        ),
+    }
+}
+
+/// Service-level combinations: nodes with endpoints but no advertisement,
+/// announcements no peer receives.
+fn warnings(
+    nodes: &[NodeBgp],
+    svc: Option<&Service>,
+    key: &str,
+    slices: &[Arc<EndpointSlice>],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(svc) = svc else { return out };
+    if !services::is_load_balancer(svc) {
+        return out;
+    }
+    let announcing: Vec<&NodeBgp> = nodes.iter().filter(|n| n.announced).collect();
+    if services::traffic_policy_local(svc) && announcing.is_empty() {
+        let with_endpoints: BTreeSet<String> =
+            endpoints::nodes_with_serving_endpoints(slices, endpoints::Addresses::Required);
+        let unselected: Vec<&str> = nodes
+            .iter()
+            .filter(|n| {
+                with_endpoints.contains(&n.node)
+                    && matches!(
+                        n.reason.as_deref(),
+                        Some("notOwner" | "noMatchingAdvertisement")
+                    )
+            })
+            .map(|n| n.node.as_str())
+            .collect();
+        if !unselected.is_empty() && unselected.len() == with_endpoints.len() {
+            out.push(format!(
+                "Service {key} has spec.externalTrafficPolicy Local and its endpoints run only \
+                 on {}, which no BGPAdvertisement of its pool selects: nothing announces it \
+                 (BGPAdvertisement spec.nodeSelectors, or where its Pods run)",
+                unselected.join(", ")
+            ));
+        }
+    }
+    if !announcing.is_empty() && announcing.iter().all(|n| n.routes.is_empty()) {
+        out.push(format!(
+            "Service {key} is announced by {} but to no BGPPeer: the advertisements' \
+             spec.peers name no BGPPeer whose session runs on those nodes",
+            announcing
+                .iter()
+                .map(|n| n.node.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    out
+}
