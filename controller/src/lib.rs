@@ -24,6 +24,10 @@
 //! - [`leader`]: the Lease that lets one controller allocate at a time.
 //! - [`metrics`]: MetalLB's controller metrics (`metallb_allocator_*`,
 //!   `metallb_k8s_client_*`).
+//! - [`webhook`]: MetalLB's validating admission webhooks: the reviews
+//!   (pure, [`webhook::admission`]), the HTTPS server, and the certificate
+//!   (pure plan in [`webhook::certs`], the Secret and `caBundle` edge in
+//!   [`webhook::rotator`]).
 //! - `/healthz`, `/readyz`, logging and metrics flags, events: the `daemon`
 //!   crate, shared with the speaker.
 //! - The binary (`src/main.rs`): MetalLB's flags, the watches, probes,
@@ -36,3 +40,4 @@ pub mod leader;
 pub mod metrics;
 pub mod pool_reconciler;
 pub mod service;
+pub mod webhook;

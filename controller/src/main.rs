@@ -12,7 +12,13 @@
 //! `--health-probe-port`, metrics on `--port` (HTTPS, authorised by the API
 //! server); exits 0 on SIGTERM/SIGINT, releasing the Lease.
 //!
-//! Not yet: the webhook (its flags are accepted with a warning).
+//! With `--webhook-mode enabled` (the default) or `onlywebhook` (the webhook
+//! and no allocation), serves MetalLB's validating admission webhooks on
+//! `--webhook-port` (HTTPS, [`controller::webhook`]), validating against the
+//! cluster view; unless `--disable-cert-rotation`, keeps their certificate in
+//! the Secret `--webhook-secret` and the `caBundle` of
+//! `metallb-webhook-configuration` current, and serves a rotated certificate
+//! without a restart.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -64,22 +70,24 @@ struct Args {
     /// reaches it on the Pod IP, as MetalLB's `:port`).
     #[arg(long, default_value = "0.0.0.0")]
     health_probe_bind_address: std::net::IpAddr,
-    /// Disable webhook certificate rotation (no effect yet).
+    /// Disable webhook certificate rotation: the webhook serves `tls.crt` and
+    /// `tls.key` of `--cert-dir` (re-read when they change).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     disable_cert_rotation: bool,
-    /// Webhook certificate directory (no effect yet).
+    /// Webhook certificate directory (with `--disable-cert-rotation`).
     #[arg(long, default_value = "/tmp/k8s-webhook-server/serving-certs")]
     cert_dir: String,
-    /// Webhook certificate DNS name (no effect yet).
+    /// The webhook Service: the certificate is for `<name>.<namespace>.svc`.
     #[arg(long, default_value = "metallb-webhook-service")]
     cert_service_name: String,
     /// Only Services of this loadBalancerClass (default: only Services without one).
     #[arg(long, default_value = "")]
     lb_class: String,
-    /// `enabled`, `disabled` or `onlywebhook` (no effect yet).
-    #[arg(long, default_value = "enabled")]
+    /// `enabled` (allocate and serve the webhook), `disabled` (no webhook) or
+    /// `onlywebhook` (serve the webhook, allocate nothing).
+    #[arg(long, default_value = "enabled", value_parser = ["enabled", "disabled", "onlywebhook"])]
     webhook_mode: String,
-    /// Webhook certificate secret (no effect yet).
+    /// The Secret holding the webhook's CA and certificate.
     #[arg(long, default_value = "metallb-webhook-cert")]
     webhook_secret: String,
     /// The controller's Pod: owner of its ConfigurationState.
@@ -88,9 +96,22 @@ struct Args {
     /// The uid of `--pod-name` (so that no Pod read is needed).
     #[arg(long, env = "METALLB_POD_UID", default_value = "", hide = true)]
     pod_uid: String,
-    /// Webhook HTTP/2 (no effect yet).
+    /// Webhook HTTP/2 (no effect: the webhook speaks HTTP/1.1 only, MetalLB's default).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     webhook_http2: bool,
+    /// The webhook's port (MetalLB's is always 9443).
+    #[arg(long, default_value_t = 9443)]
+    webhook_port: u16,
+    /// Address the webhook binds (default: every address, for the Service).
+    #[arg(long, default_value = "0.0.0.0")]
+    webhook_bind_address: std::net::IpAddr,
+    /// The ValidatingWebhookConfiguration whose caBundle is kept current.
+    #[arg(long, default_value = controller::webhook::rotator::WEBHOOK_CONFIGURATION, hide = true)]
+    webhook_configuration_name: String,
+    /// More names (DNS or IP) for the webhook certificate, comma-separated
+    /// (tests that call the webhook by URL).
+    #[arg(long, value_delimiter = ',', hide = true)]
+    cert_extra_names: Vec<String>,
     /// Hold a Lease so that only one controller allocates (client-go's
     /// leader election flags, as Kubernetes' own controllers take them).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true")]
@@ -126,11 +147,6 @@ const NO_EFFECT_YET: &[&str] = &[
     "ml_secret_name",
     "deployment",
     "pprof_bind_address",
-    "disable_cert_rotation",
-    "cert_dir",
-    "cert_service_name",
-    "webhook_mode",
-    "webhook_secret",
     "webhook_http2",
     "tls_cipher_suites",
     "tls_curve_preferences",
@@ -181,6 +197,94 @@ impl ServiceChanges for ViewServices {
             std::future::pending::<()>().await;
         }
     }
+}
+
+/// What the webhooks validate against, besides what the controller watches.
+const WEBHOOK_KINDS: &[Kind] = &[
+    Kind::IPAddressPool,
+    Kind::BGPPeer,
+    Kind::BFDProfile,
+    Kind::BGPAdvertisement,
+    Kind::L2Advertisement,
+    Kind::Community,
+    Kind::Node,
+];
+
+/// Binds the webhook and starts it (once its certificate is served) and,
+/// unless `--disable-cert-rotation`, the certificate rotator.
+async fn start_webhook(
+    args: &Args,
+    client: &Client,
+    ns: &str,
+    view: Arc<ClusterView>,
+    stopped: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<Vec<tokio::task::JoinHandle<()>>> {
+    use controller::webhook::rotator::{BGPPEER_CRD, Rotator, RotatorConfig};
+    use controller::webhook::server::{View, WebhookServer};
+    use kube_metrics::{CertSource, ServerTls, TlsMinVersion, TlsOptions};
+
+    let min_version: TlsMinVersion = args
+        .metrics
+        .tls_min_version
+        .parse()
+        .context("--tls-min-version")?;
+    let (tls, ready_rx, rotator) = if args.disable_cert_rotation {
+        let tls = ServerTls::new(&TlsOptions {
+            cert: CertSource::Dir(args.cert_dir.clone().into()),
+            min_version,
+        })
+        .context("--cert-dir (with --disable-cert-rotation)")?;
+        (tls, watch::channel(true).1, None)
+    } else {
+        // A placeholder until the rotator hands over the Secret's certificate:
+        // nothing is served before that.
+        let tls = ServerTls::new(&TlsOptions {
+            cert: CertSource::SelfSigned { names: vec![] },
+            min_version,
+        })?;
+        let mut names = vec![format!("{}.{ns}.svc", args.cert_service_name)];
+        names.extend(
+            args.cert_extra_names
+                .iter()
+                .filter(|n| !n.is_empty())
+                .cloned(),
+        );
+        let rotator = Rotator::new(
+            client.clone(),
+            RotatorConfig {
+                namespace: ns.to_string(),
+                secret: args.webhook_secret.clone(),
+                names,
+                webhook_configuration: args.webhook_configuration_name.clone(),
+                crd: BGPPEER_CRD.to_string(),
+                lifetimes: Default::default(),
+                interval: Duration::from_secs(30),
+                call_timeout: Duration::from_secs(10),
+            },
+            tls.clone(),
+        );
+        let (tx, rx) = watch::channel(false);
+        (tls, rx, Some((rotator, tx)))
+    };
+    let addr = std::net::SocketAddr::new(args.webhook_bind_address, args.webhook_port);
+    let view_fn: View = Arc::new(move || view.is_ready().then(|| view.resources()));
+    let server = WebhookServer::bind(addr, tls, view_fn, ns)
+        .await
+        .with_context(|| format!("binding the webhook to {addr}"))?;
+    let stopped = futures_util::FutureExt::shared(Box::pin(stopped));
+    let mut tasks = Vec::new();
+    if let Some((rotator, tx)) = rotator {
+        tasks.push(tokio::spawn(rotator.run(tx, stopped.clone())));
+    }
+    tasks.push(tokio::spawn(async move {
+        let mut ready = ready_rx;
+        tokio::select! {
+            r = ready.wait_for(|r| *r) => if r.is_err() { return },
+            () = stopped.clone() => return,
+        }
+        server.run(stopped).await;
+    }));
+    Ok(tasks)
 }
 
 async fn run(args: Args) -> Result<()> {
@@ -264,81 +368,110 @@ async fn run(args: Args) -> Result<()> {
 
     // What the controller reads: pools and communities of its namespace, the cluster's
     // Namespaces (label changes only) and Services, one watch each.
-    let view = Arc::new(
-        ClusterView::builder(client.clone(), &ns)
-            .kinds(Kind::CONTROLLER)
-            .start(),
-    );
     const WATCHED: &str = "the cluster view watches it";
-    let pools = view.pools().context(WATCHED)?.store();
-    let communities = view.communities().context(WATCHED)?.store();
-    let namespaces = view.namespaces().context(WATCHED)?.store();
-    let services = view.services().context(WATCHED)?.store();
-
-    // Only one controller allocates: the holder of the Lease.
-    let (leader_tx, leader_rx) = watch::channel(Leadership::default());
-    let elector_task = if args.leader_elect {
-        let lease_ns = if args.leader_elect_resource_namespace.is_empty() {
-            ns.clone()
-        } else {
-            args.leader_elect_resource_namespace.clone()
-        };
-        let elector = LeaderElector::new(
-            client.clone(),
-            &lease_ns,
-            &args.leader_elect_resource_name,
-            leader::identity(&args.pod_name),
-            LeaseConfig {
-                lease_duration: args.leader_elect_lease_duration,
-                renew_deadline: args.leader_elect_renew_deadline,
-                retry_period: args.leader_elect_retry_period,
-            },
-        )
-        .context("--leader-elect-*")?;
-        tracing::info!(
-            lease = format!("{lease_ns}/{}", args.leader_elect_resource_name),
-            identity = elector.identity(),
-            "competing for the lease"
-        );
-        Some(tokio::spawn(elector.run(leader_tx, stopped())))
+    let webhook_enabled = args.webhook_mode != "disabled";
+    let allocating = args.webhook_mode != "onlywebhook";
+    let mut builder = ClusterView::builder(client.clone(), &ns);
+    if allocating {
+        builder = builder.kinds(Kind::CONTROLLER);
+    }
+    if webhook_enabled {
+        // What MetalLB's webhooks validate against (MetalLB lists it on each request).
+        builder = builder.kinds(WEBHOOK_KINDS);
+    }
+    let view = Arc::new(builder.start());
+    let webhook_tasks = if webhook_enabled {
+        start_webhook(&args, &client, &ns, view.clone(), stopped()).await?
     } else {
-        tracing::warn!(
-            "--leader-elect=false: allocating without a lease (run one controller only)"
-        );
-        // One endless term.
-        leader_tx.send_replace(Leadership {
-            term: 1,
-            until: Some(std::time::Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)),
-        });
-        None
+        Vec::new()
     };
 
-    let owner = status::own_pod_owner(client.clone(), &ns, &args.pod_name, &args.pod_uid).await;
-    let instance = (!args.pod_name.is_empty()).then(|| args.pod_name.clone());
-    let driver = Driver::new(
-        Inputs {
-            pools,
-            communities,
-            namespaces,
-            services,
-            config_changed: view.config_changes().clone(),
-            service_changes: ViewServices { view: view.clone() },
-            leader: leader_rx,
-        },
-        Outputs {
-            namespace: ns.clone(),
-            owner,
-            state_writer: writer.clone(),
-            pool_writer: pool_writer.clone(),
-            api: ServiceEdge::new(client.clone(), instance),
-            ready: ready.clone(),
-            heartbeat,
-            lb_class: args.lb_class.clone(),
-            metrics,
-        },
-        Timing::default(),
-    );
-    let reconcile = driver.run();
+    type Loop = std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + Send>>;
+    let (elector_task, reconcile) = if allocating {
+        let pools = view.pools().context(WATCHED)?.store();
+        let communities = view.communities().context(WATCHED)?.store();
+        let namespaces = view.namespaces().context(WATCHED)?.store();
+        let services = view.services().context(WATCHED)?.store();
+        // Only one controller allocates: the holder of the Lease.
+        let (leader_tx, leader_rx) = watch::channel(Leadership::default());
+        let elector_task = if args.leader_elect {
+            let lease_ns = if args.leader_elect_resource_namespace.is_empty() {
+                ns.clone()
+            } else {
+                args.leader_elect_resource_namespace.clone()
+            };
+            let elector = LeaderElector::new(
+                client.clone(),
+                &lease_ns,
+                &args.leader_elect_resource_name,
+                leader::identity(&args.pod_name),
+                LeaseConfig {
+                    lease_duration: args.leader_elect_lease_duration,
+                    renew_deadline: args.leader_elect_renew_deadline,
+                    retry_period: args.leader_elect_retry_period,
+                },
+            )
+            .context("--leader-elect-*")?;
+            tracing::info!(
+                lease = format!("{lease_ns}/{}", args.leader_elect_resource_name),
+                identity = elector.identity(),
+                "competing for the lease"
+            );
+            Some(tokio::spawn(elector.run(leader_tx, stopped())))
+        } else {
+            tracing::warn!(
+                "--leader-elect=false: allocating without a lease (run one controller only)"
+            );
+            // One endless term.
+            leader_tx.send_replace(Leadership {
+                term: 1,
+                until: Some(std::time::Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)),
+            });
+            None
+        };
+
+        let owner = status::own_pod_owner(client.clone(), &ns, &args.pod_name, &args.pod_uid).await;
+        let instance = (!args.pod_name.is_empty()).then(|| args.pod_name.clone());
+        let driver = Driver::new(
+            Inputs {
+                pools,
+                communities,
+                namespaces,
+                services,
+                config_changed: view.config_changes().clone(),
+                service_changes: ViewServices { view: view.clone() },
+                leader: leader_rx,
+            },
+            Outputs {
+                namespace: ns.clone(),
+                owner,
+                state_writer: writer.clone(),
+                pool_writer: pool_writer.clone(),
+                api: ServiceEdge::new(client.clone(), instance),
+                ready: ready.clone(),
+                heartbeat,
+                lb_class: args.lb_class.clone(),
+                metrics,
+            },
+            Timing::default(),
+        );
+        (elector_task, Box::pin(driver.run()) as Loop)
+    } else {
+        // Only the webhook: nothing allocates; ready once the view is, alive while
+        // the process runs.
+        let loop_: Loop = Box::pin({
+            let view = view.clone();
+            let ready = ready.clone();
+            async move {
+                loop {
+                    heartbeat.beat();
+                    ready.store(view.is_ready(), std::sync::atomic::Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                }
+            }
+        });
+        (None, loop_)
+    };
 
     let outcome = tokio::select! {
         r = daemon::shutdown_signal() => r,
@@ -378,6 +511,9 @@ async fn run(args: Args) -> Result<()> {
     let servers = async {
         let _ = health.await;
         if let Some(task) = metrics_task {
+            let _ = task.await;
+        }
+        for task in webhook_tasks {
             let _ = task.await;
         }
     };

@@ -6,7 +6,8 @@ use std::path::Path;
 
 use testkit::help::{Allowed, check_claims, check_no_effect_warnings, help_of, unfinished_claims};
 
-const WEBHOOK: &str = "the validating webhook (and its certificate handling) is not built yet";
+const WEBHOOK: &str = "the webhook speaks HTTP/1.1 only (MetalLB's default; the API server \
+                       needs nothing more)";
 
 /// The controller's flags that are accepted for compatibility with MetalLB and do nothing.
 const ALLOWED: &[Allowed] = &[
@@ -25,31 +26,6 @@ const ALLOWED: &[Allowed] = &[
         command: "controller",
         flag: "--pprof-bind-address",
         reason: "Go's pprof profiler: a Rust binary has none (no effect, for good)",
-    },
-    Allowed {
-        command: "controller",
-        flag: "--disable-cert-rotation",
-        reason: WEBHOOK,
-    },
-    Allowed {
-        command: "controller",
-        flag: "--cert-dir",
-        reason: WEBHOOK,
-    },
-    Allowed {
-        command: "controller",
-        flag: "--cert-service-name",
-        reason: WEBHOOK,
-    },
-    Allowed {
-        command: "controller",
-        flag: "--webhook-mode",
-        reason: WEBHOOK,
-    },
-    Allowed {
-        command: "controller",
-        flag: "--webhook-secret",
-        reason: WEBHOOK,
     },
     Allowed {
         command: "controller",

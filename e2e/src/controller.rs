@@ -203,6 +203,10 @@ impl ControllerSetup {
             // No metrics server unless the test asks for one.
             args.extend_from_slice(&["--port", "0"]);
         }
+        if !extra.contains(&"--webhook-port") {
+            // No webhook unless the test asks for one (each would bind 9443 on the host).
+            args.extend_from_slice(&["--webhook-mode", "disabled"]);
+        }
         args.extend_from_slice(extra);
         let kubeconfig = kubeconfig.to_str().context("kubeconfig path")?;
         let mut process = Process::spawn(

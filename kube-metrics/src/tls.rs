@@ -187,12 +187,12 @@ impl ServerTls {
                     path: path.clone(),
                     stamp: Mutex::new(before),
                 };
-                tracing::info!(dir = %path.display(), "metrics TLS certificate loaded");
+                tracing::info!(dir = %path.display(), "TLS certificate loaded");
                 (key, Some(dir))
             }
             CertSource::SelfSigned { names } => {
                 let key = self_signed(names, &provider)?;
-                tracing::info!(names = ?names, "metrics TLS certificate is self-signed");
+                tracing::info!(names = ?names, "TLS certificate is self-signed");
                 (key, None)
             }
         };
@@ -231,6 +231,38 @@ impl ServerTls {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         current.cert[0].clone()
+    }
+
+    /// Serves this certificate (PEM chain, leaf first) and key (PEM) from now on, for a
+    /// caller that manages the certificate itself (the controller's webhook, whose
+    /// certificate it rotates in a Secret). The previous one is kept on error.
+    pub fn replace_pem(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), Error> {
+        let source = || PathBuf::from("(in memory)");
+        let chain = CertificateDer::pem_slice_iter(cert_pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Error::Pem {
+                path: source(),
+                source: e,
+            })?;
+        if chain.is_empty() {
+            return Err(Error::NoCertificate { path: source() });
+        }
+        let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| Error::Pem {
+            path: source(),
+            source: e,
+        })?;
+        let key =
+            CertifiedKey::from_der(chain, key, &provider()).map_err(|e| Error::Certificate {
+                cert: source(),
+                key: source(),
+                source: e,
+            })?;
+        *self
+            .resolver
+            .current
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Arc::new(key);
+        Ok(())
     }
 
     /// Whether the certificate comes from a directory (and so may be reloaded).
@@ -285,6 +317,36 @@ mod tests {
             let err = bad.parse::<TlsMinVersion>().unwrap_err();
             assert!(err.to_string().contains(bad), "{err}");
         }
+    }
+
+    #[test]
+    fn replace_pem_swaps_the_served_certificate_and_keeps_it_on_error() {
+        let tls = ServerTls::new(&TlsOptions {
+            cert: CertSource::SelfSigned { names: vec![] },
+            min_version: TlsMinVersion::Tls13,
+        })
+        .expect("self-signed");
+        let before = tls.certificate();
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = rcgen::CertificateParams::new(vec!["webhook.example".to_string()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("cert");
+        tls.replace_pem(cert.pem().as_bytes(), key.serialize_pem().as_bytes())
+            .expect("replaced");
+        assert_eq!(tls.certificate(), *cert.der());
+        assert_ne!(tls.certificate(), before);
+        // A key that is not the certificate's, and no certificate: refused, kept.
+        let other = rcgen::KeyPair::generate().expect("key");
+        assert!(
+            tls.replace_pem(cert.pem().as_bytes(), other.serialize_pem().as_bytes())
+                .is_err()
+        );
+        assert!(
+            tls.replace_pem(b"", key.serialize_pem().as_bytes())
+                .is_err()
+        );
+        assert_eq!(tls.certificate(), *cert.der());
     }
 
     #[test]

@@ -16,3 +16,4 @@ mod samples;
 mod speaker;
 mod speaker_bgp;
 mod table;
+mod webhook;

@@ -754,8 +754,8 @@ async fn controller_token_may_allocate_but_not_announce_or_configure() -> Result
         "create a ServiceL2Status (the speaker's)",
         l2api.create(&PostParams::default(), &l2).await,
     );
-    c.refused(
-        "list Nodes (the controller needs none)",
+    c.allowed(
+        "list Nodes (the webhooks' node selector checks)",
         Api::<Node>::all(controller.clone())
             .list(&ListParams::default())
             .await,
