@@ -24,7 +24,8 @@ use testkit::{FrrConfig, LabOptions, NsChild, plan};
 
 const USAGE: &str = "\
 usage: demo-network --ip ADDR [--settle SECONDS] [--run-speaker --kubeconfig PATH
-                    --speaker-bin PATH [--namespace NS] [--kubectl PATH]]
+                    --speaker-bin PATH [--namespace NS] [--kubectl PATH]
+                    [--metallbctl PATH]]
                     [--expect-speaker] [--expect-l2]
 
 The network half of lab/demo, in the test kit's network namespaces (needs root and the
@@ -43,6 +44,8 @@ kit's tools: scripts/setup --demo installs them):
                      servicebgpstatuses,servicel2statuses,configurationstates -n NS`
                      while they run (with
                      the KUBECONFIG of this process's environment)
+  --metallbctl PATH  with --run-speaker: show `metallbctl status -n NS` while they run
+                     (same KUBECONFIG)
   --expect-speaker   also check the speaker's BGP promises: every IPv4 session
                      Established and a route to ADDR in the router (without it they are
                      shown, not checked)
@@ -112,6 +115,7 @@ fn run() -> Result<bool> {
     let mut kubeconfig: Option<String> = None;
     let mut speaker_bin: Option<String> = None;
     let mut kubectl: Option<String> = None;
+    let mut metallbctl: Option<String> = None;
     let mut namespace = "metallb-system".to_string();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -126,6 +130,7 @@ fn run() -> Result<bool> {
                 speaker_bin = Some(args.next().context("--speaker-bin needs a path")?)
             }
             "--kubectl" => kubectl = Some(args.next().context("--kubectl needs a path")?),
+            "--metallbctl" => metallbctl = Some(args.next().context("--metallbctl needs a path")?),
             "--namespace" => namespace = args.next().context("--namespace needs a name")?,
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -386,6 +391,15 @@ fn run() -> Result<bool> {
                 .args(["get", what, "-n", &namespace])
                 .output()
                 .with_context(|| format!("running {kubectl}"))?;
+            print!("{}", String::from_utf8_lossy(&out.stdout));
+            eprint!("{}", String::from_utf8_lossy(&out.stderr));
+        }
+        if let Some(metallbctl) = &metallbctl {
+            println!("\n$ metallbctl status -n {namespace}   (while the speakers run)");
+            let out = std::process::Command::new(metallbctl)
+                .args(["status", "-n", &namespace])
+                .output()
+                .with_context(|| format!("running {metallbctl}"))?;
             print!("{}", String::from_utf8_lossy(&out.stdout));
             eprint!("{}", String::from_utf8_lossy(&out.stderr));
         }
