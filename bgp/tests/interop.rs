@@ -324,9 +324,14 @@ impl Speaker {
         .map_err(|e| anyhow::anyhow!("{e}; speaker log:\n{}", self.log()))
     }
 
+    /// The session reached Established: its `state_changed` event, or a state
+    /// snapshot saying so (the state watch is the truth the speaker uses too; one CI
+    /// run printed snapshots but no transition events: unexplained, see the
+    /// session's event broadcast).
     fn wait_established(&self, timeout: Duration) -> Result<()> {
         self.wait_event("Established", timeout, |e| {
-            e["event"] == "state_changed" && e["to"] == "Established"
+            (e["event"] == "state_changed" && e["to"] == "Established")
+                || (e["event"] == "state" && e["state"]["fsm_state"] == "Established")
         })
     }
 
