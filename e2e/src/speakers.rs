@@ -52,6 +52,8 @@ pub const SKIP_NETNS_VAR: &str = "METALLB_E2E_SKIP_NETNS";
 pub const SPEAKER_HEALTH_PORT: u16 = 17472;
 /// The speakers' metrics port (plain HTTP on 127.0.0.1), inside each node namespace.
 pub const SPEAKER_METRICS_PORT: u16 = 7472;
+/// The speaker Pods' labels, MetalLB's manifests' (`--ml-labels` in the lab).
+pub const MEMBERSHIP_LABELS: &str = "app=metallb,component=speaker";
 /// The second router's AS when it runs iBGP with the nodes: the nodes' own.
 pub const IBGP_AS: u32 = plan::NODE_AS;
 
@@ -93,6 +95,11 @@ pub struct SpeakerLabOptions {
     /// IPv6 sessions too: the router (FRR, AS 64512) also peers with every node's
     /// IPv6 address (2001:db8:0:1::1N) from 2001:db8:0:1::1, IPv6 unicast only, ECMP.
     pub ipv6_peers: bool,
+    /// Membership among the speakers (as deployed): each speaker's Pod gets its node's
+    /// address as `status.podIP`, and every speaker runs with `--ml-bindaddr <node
+    /// address>`, `--ml-labels app=metallb,component=speaker` and
+    /// `--ml-secret-key-path` (a key shared by the test's speakers).
+    pub membership: bool,
 }
 
 impl SpeakerLabOptions {
@@ -106,7 +113,18 @@ impl SpeakerLabOptions {
             start_speakers: true,
             metrics_https: false,
             ipv6_peers: false,
+            membership: false,
         }
+    }
+
+    pub fn membership(mut self) -> Self {
+        self.membership = true;
+        self
+    }
+
+    pub fn nodes(mut self, nodes: usize) -> Self {
+        self.nodes = nodes;
+        self
     }
 
     pub fn ipv6_peers(mut self) -> Self {
@@ -246,7 +264,32 @@ impl SpeakerLab {
                 .create(&PostParams::default(), &pod)
                 .await
                 .with_context(|| format!("creating Pod {ns}/{name}"))?;
+            if opts.membership {
+                // A hostNetwork Pod's IP is its node's: what --ml-labels discovery finds.
+                let ip = plan::node_v4(n).to_string();
+                pods_api
+                    .patch_status(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"status": {
+                            "phase": "Running",
+                            "podIP": ip,
+                            "podIPs": [{"ip": ip}],
+                        }})),
+                    )
+                    .await
+                    .with_context(|| format!("writing the Pod IP of {ns}/{name}"))?;
+            }
             pods.push((name, pod.metadata.uid.unwrap_or_default()));
+        }
+        if opts.membership {
+            // MetalLB's memberlist Secret holds 22 base64 characters (16 random bytes).
+            let dir = setup.dir.join("memberlist");
+            std::fs::create_dir_all(&dir)?;
+            let mut key = [0u8; 16];
+            std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
+            let key: String = key.iter().map(|b| format!("{b:02x}")).collect();
+            std::fs::write(dir.join("secretkey"), &key[..22])?;
         }
         let net = lab.node_network(&LabOptions {
             nodes: opts.nodes,
@@ -385,6 +428,18 @@ impl SpeakerLab {
             .map(str::to_owned)
             .to_vec()
         })
+        .args(if self.opts.membership {
+            vec![
+                "--ml-bindaddr".to_owned(),
+                node_v4.clone(),
+                "--ml-labels".to_owned(),
+                MEMBERSHIP_LABELS.to_owned(),
+                "--ml-secret-key-path".to_owned(),
+                self.setup.dir.join("memberlist").display().to_string(),
+            ]
+        } else {
+            Vec::new()
+        })
         .args(extra)
         .env("KUBECONFIG", &self.setup.kubeconfig)
         .env("METALLB_NAMESPACE", self.setup.namespace())
@@ -428,6 +483,17 @@ impl SpeakerLab {
             return Err(e.context(format!("the speaker of {node}; its log:\n{log}")));
         }
         self.speakers[n - 1] = Some(sp);
+        Ok(())
+    }
+
+    /// Kills node `n`'s speaker with SIGKILL (a crash: nothing is said to anyone) and
+    /// waits until it is gone.
+    pub fn kill_speaker(&mut self, n: usize) -> Result<()> {
+        if let Some(mut sp) = self.speakers[n - 1].take() {
+            sp.child
+                .stop_with(testkit::process::Signal::KILL, Duration::from_secs(5))
+                .with_context(|| format!("killing the speaker of node-{n}"))?;
+        }
         Ok(())
     }
 

@@ -105,8 +105,22 @@ pub fn swim_config(n: u32, wan: bool) -> foca::Config {
     };
     config.max_packet_size =
         std::num::NonZeroUsize::new(MAX_BODY).unwrap_or(config.max_packet_size);
+    if !wan {
+        // A healed partition merges within seconds instead of foca's 65 s
+        // (each side holds the other as Down and probes no Down member; the
+        // announce makes the other side renew its identity and rejoin).
+        // Seen in the lab: a speaker cut from its segment for 10 s stayed a
+        // second owner of its addresses after the cable came back.
+        config.periodic_announce_to_down_members = Some(foca::PeriodicParams {
+            frequency: ANNOUNCE_TO_DOWN,
+            num_members: std::num::NonZeroUsize::MIN.saturating_add(1),
+        });
+    }
     config
 }
+
+/// How often (LAN) two members held as Down are announced to.
+pub const ANNOUNCE_TO_DOWN: Duration = Duration::from_secs(5);
 
 /// What the caller reacts to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -238,9 +252,9 @@ pub struct Core {
     confirmations: BTreeMap<String, Confirmation>,
     reconfirm: BTreeMap<String, u64>,
     relays: BTreeMap<u64, Relay>,
-    /// Owners declared down on the fast path, with the identity and foca
-    /// incarnation they had; live again once foca shows a newer one.
-    fast_down: BTreeMap<String, (NodeId, u16)>,
+    /// Owners declared down on the fast path; live again once they are heard
+    /// from (see [`FastDown`]).
+    fast_down: BTreeMap<String, FastDown>,
     fence_check: Option<FenceCheck>,
     fenced: bool,
     fence_next: Option<u64>,
@@ -252,6 +266,28 @@ pub struct Core {
     outputs: Vec<Output>,
     counters: Counters,
 }
+
+/// An owner this node declared down on the fast path.
+#[derive(Clone, Debug)]
+struct FastDown {
+    /// The identity it had.
+    id: NodeId,
+    /// The foca incarnation it was suspected at.
+    incarnation: u16,
+    /// An authenticated datagram came from its address since.
+    heard: bool,
+    /// Times foca showed a newer incarnation that was not followed by any
+    /// word from the owner, and the suspicion was raised again at it.
+    resuspects: u8,
+}
+
+/// A newer incarnation of an owner declared down, learnt only through
+/// other members' gossip, is taken as stale news (the suspicion is raised
+/// again at it) this many times; after that it counts as a refutation.
+/// Seen in the lab: another member's gossip carried the owner's earlier
+/// refutation (incarnation 1) 230 ms after a suspicion at incarnation 0,
+/// while the owner's link was cut.
+const MAX_RESUSPECTS: u8 = 3;
 
 impl std::fmt::Debug for Core {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -520,6 +556,11 @@ impl Core {
             }
         };
         self.counters.received[kind.index()] += 1;
+        for down in self.fast_down.values_mut() {
+            if down.id.addr == from {
+                down.heard = true;
+            }
+        }
         if kind == Kind::Swim {
             let result = self.foca.handle_data(&body, &mut self.runtime);
             if let Err(error) = &result {
@@ -669,7 +710,7 @@ impl Core {
         }
     }
 
-    fn refresh_live(&mut self, _now: u64) {
+    fn refresh_live(&mut self, now: u64) {
         // only owners declared down need foca's incarnations
         let state: BTreeMap<String, (NodeId, State, u16)> = if self.fast_down.is_empty() {
             BTreeMap::new()
@@ -686,19 +727,47 @@ impl Core {
                 .collect()
         };
         let mut back = Vec::new();
-        self.fast_down.retain(|name, (id, incarnation)| {
+        let mut resuspect = Vec::new();
+        self.fast_down.retain(|name, down| {
             match state.get(name) {
-                Some((current, State::Alive | State::Suspect, inc)) => {
-                    let refuted = current != id || *inc > *incarnation;
-                    if refuted {
-                        back.push(name.clone());
-                    }
-                    !refuted
+                // a new identity: the owner restarted
+                Some((current, State::Alive | State::Suspect, _)) if *current != down.id => {
+                    back.push(name.clone());
+                    false
                 }
+                Some((current, State::Alive | State::Suspect, inc)) if *inc > down.incarnation => {
+                    if down.heard || down.resuspects >= MAX_RESUSPECTS {
+                        back.push(name.clone());
+                        return false;
+                    }
+                    // only others' word for it: suspect it again at the newer one
+                    down.resuspects += 1;
+                    down.incarnation = *inc;
+                    resuspect.push(Member::new(current.clone(), *inc, State::Suspect));
+                    true
+                }
+                Some((_, State::Alive | State::Suspect, _)) => true,
                 // foca agrees (Down) or forgot it: nothing left to track
                 _ => false,
             }
         });
+        if !resuspect.is_empty() {
+            for m in &resuspect {
+                info!(
+                    node = %m.id().name,
+                    incarnation = m.incarnation(),
+                    "a newer incarnation of an owner declared down came only through gossip: suspected again"
+                );
+            }
+            let result = self
+                .foca
+                .apply_many(resuspect.into_iter(), true, &mut self.runtime)
+                .and_then(|()| self.foca.gossip(&mut self.runtime));
+            // sends the suspicion and recomputes (no second round: the
+            // incarnations are now the ones foca holds)
+            self.after_foca(result, now);
+            return;
+        }
         for node in back {
             info!(%node, "owner declared down is live again");
             self.outputs.push(Output::Event(Event::OwnerBack { node }));
@@ -1010,8 +1079,15 @@ impl Core {
             "owner confirmed down"
         );
         self.counters.owner_down += 1;
-        self.fast_down
-            .insert(owner.to_string(), (id.clone(), incarnation));
+        self.fast_down.insert(
+            owner.to_string(),
+            FastDown {
+                id: id.clone(),
+                incarnation,
+                heard: false,
+                resuspects: 0,
+            },
+        );
         let suspect = Member::new(id, incarnation, State::Suspect);
         let result = self
             .foca

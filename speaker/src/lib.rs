@@ -11,12 +11,15 @@
 //!   before parsing; L2Advertisements are kept, every speaker needs all of them);
 //! - [`config_state`]: keeps the last good configuration when a new one is invalid,
 //!   and says what to report (ConfigurationState, `metallb_k8s_client_config_*`);
-//! - [`flags`]: MetalLB's `-flag` spelling next to `--flag`.
+//! - [`flags`]: MetalLB's `-flag` spelling next to `--flag`;
+//! - [`liveness`] and [`discovery`]: the live speakers, from the `membership`
+//!   crate, and the speaker Pods it joins (`--ml-labels`).
 
 pub mod bgp_edge;
 pub mod bgp_speaker;
 pub mod config_state;
 pub mod decide;
+pub mod discovery;
 pub mod explain;
 pub mod flags;
 pub mod l2_edge;

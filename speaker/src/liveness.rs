@@ -1,28 +1,48 @@
 //! The live speakers, as the speaker's loop sees them: the seam where the
-//! membership protocol plugs in. Its [`LiveSender`] publishes the set of live
+//! membership protocol plugs in. [`Liveness::current`] is the set of live
 //! node names (`None`: membership off, every known Node counts, MetalLB's
 //! "memberlist disabled"); the loop hands each new set to
 //! [`crate::node::NodeSpeaker::set_live`] and re-decides every Service when it
 //! changed.
+//!
+//! With membership on, the set follows the membership protocol's live set
+//! ([`Liveness::membership`]), except while this node is self-fenced
+//! ([`Liveness::set_fenced`]): then it is empty, so this node wins no election
+//! and answers for nothing until the fence lifts.
 
 use std::collections::BTreeSet;
 
 use tokio::sync::watch;
 
-/// The publishing half (the membership protocol holds it).
+/// The publishing half of [`Liveness::new`] (tests, or another source).
 pub type LiveSender = watch::Sender<Option<BTreeSet<String>>>;
+
+#[derive(Debug)]
+enum Source {
+    /// Sets published on a [`LiveSender`].
+    Published(watch::Receiver<Option<BTreeSet<String>>>),
+    /// The membership protocol's live set.
+    Membership(watch::Receiver<BTreeSet<String>>),
+}
 
 /// The loop's half.
 #[derive(Debug)]
 pub struct Liveness {
-    rx: watch::Receiver<Option<BTreeSet<String>>>,
+    source: Source,
+    fenced: bool,
 }
 
 impl Liveness {
     /// A seam starting at `initial`; publish later sets on the sender.
     pub fn new(initial: Option<BTreeSet<String>>) -> (LiveSender, Liveness) {
         let (tx, rx) = watch::channel(initial);
-        (tx, Liveness { rx })
+        (
+            tx,
+            Liveness {
+                source: Source::Published(rx),
+                fenced: false,
+            },
+        )
     }
 
     /// Membership off: the set is `None` (keep the sender, or the seam
@@ -31,18 +51,58 @@ impl Liveness {
         Self::new(None)
     }
 
-    /// The set now.
+    /// Membership on: the set is the protocol's live set (this node
+    /// included).
+    pub fn membership(live: watch::Receiver<BTreeSet<String>>) -> Liveness {
+        Liveness {
+            source: Source::Membership(live),
+            fenced: false,
+        }
+    }
+
+    /// The set now (empty while fenced).
     pub fn current(&self) -> Option<BTreeSet<String>> {
-        self.rx.borrow().clone()
+        let live = match &self.source {
+            Source::Published(rx) => rx.borrow().clone(),
+            Source::Membership(rx) => Some(rx.borrow().clone()),
+        };
+        if self.fenced {
+            return Some(BTreeSet::new());
+        }
+        live
+    }
+
+    /// Self-fence on (`true`: answer for nothing) or off. Returns the set
+    /// now.
+    pub fn set_fenced(&mut self, fenced: bool) -> Option<BTreeSet<String>> {
+        self.fenced = fenced;
+        self.current()
+    }
+
+    /// Whether this node is self-fenced.
+    pub fn fenced(&self) -> bool {
+        self.fenced
     }
 
     /// The next set published (several quick ones coalesce into the last);
-    /// pends forever once the sender is gone. Cancel-safe.
+    /// pends forever once the source is gone. Cancel-safe.
     pub async fn changed(&mut self) -> Option<BTreeSet<String>> {
-        if self.rx.changed().await.is_err() {
+        let gone = match &mut self.source {
+            Source::Published(rx) => {
+                let gone = rx.changed().await.is_err();
+                rx.borrow_and_update();
+                gone
+            }
+            Source::Membership(rx) => {
+                let gone = rx.changed().await.is_err();
+                rx.borrow_and_update();
+                gone
+            }
+        };
+        if gone {
             std::future::pending::<()>().await;
         }
-        self.rx.borrow_and_update().clone()
+        self.current()
     }
 }
 
@@ -69,5 +129,23 @@ mod tests {
         drop(tx);
         let r = tokio::time::timeout(Duration::from_millis(50), l.changed()).await;
         assert!(r.is_err(), "a dropped sender must not spin the loop");
+    }
+
+    #[tokio::test]
+    async fn membership_sets_follow_and_the_fence_empties_them() {
+        let (tx, rx) = watch::channel(set(&["node-1", "node-2"]).unwrap());
+        let mut l = Liveness::membership(rx);
+        assert_eq!(l.current(), set(&["node-1", "node-2"]));
+        tx.send_replace(set(&["node-1"]).unwrap());
+        assert_eq!(l.changed().await, set(&["node-1"]));
+        assert_eq!(l.set_fenced(true), set(&[]));
+        assert!(l.fenced());
+        // While fenced, changes still arrive, and stay empty.
+        tx.send_replace(set(&["node-1", "node-3"]).unwrap());
+        assert_eq!(l.changed().await, set(&[]));
+        assert_eq!(l.set_fenced(false), set(&["node-1", "node-3"]));
+        drop(tx);
+        let r = tokio::time::timeout(Duration::from_millis(50), l.changed()).await;
+        assert!(r.is_err(), "a dropped membership must not spin the loop");
     }
 }

@@ -12,8 +12,10 @@
 //! `nodeAssigned` events. Layer 2 mode: MetalLB's election ([`speaker::decide::l2`]),
 //! the `arp-ndp` responder (started when the first L2Advertisement appears), claims per
 //! Service, `ServiceL2Status` objects, `announceFailed` / `nodeAssigned` events. The live
-//! speakers are "every known Node" (MetalLB with memberlist disabled) until the
-//! membership protocol feeds [`speaker::liveness`].
+//! speakers come from the `membership` crate (SWIM on `--ml-bindaddr`:`--ml-bindport`,
+//! peers found by `--ml-labels`, with the fast path watching the owners this node would
+//! take over from) when `--ml-bindaddr` and `--ml-labels` are both set, as MetalLB;
+//! otherwise they are "every known Node" (MetalLB with memberlist disabled).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -70,21 +72,28 @@ struct Args {
     /// The node's address (accepted; MetalLB does not use it either).
     #[arg(long, env = "METALLB_HOST", default_value = "")]
     host: String,
-    /// Memberlist bind address (no effect yet: L2 liveness comes with the membership protocol).
+    /// Membership bind address: the address other speakers reach this one at (its Pod
+    /// IP). Membership runs when this and --ml-labels are set.
     #[arg(long, env = "METALLB_ML_BIND_ADDR", default_value = "")]
     ml_bindaddr: String,
-    /// Memberlist bind port (no effect yet).
+    /// Membership UDP port (MetalLB's memberlist port).
     #[arg(long, env = "METALLB_ML_BIND_PORT", default_value = "7946")]
     ml_bindport: String,
-    /// Memberlist discovery labels (no effect yet).
+    /// Label selector of the speaker Pods to join (e.g. app=metallb,component=speaker).
     #[arg(long, env = "METALLB_ML_LABELS", default_value = "")]
     ml_labels: String,
-    /// Memberlist secret key directory (no effect yet).
+    /// Directory holding `secretkey`: membership datagrams are authenticated and
+    /// encrypted with it (MetalLB's memberlist Secret).
     #[arg(long, env = "METALLB_ML_SECRET_KEY_PATH", default_value = "")]
     ml_secret_key_path: String,
-    /// Memberlist WAN timers (no effect yet).
+    /// Membership WAN timers (memberlist's WAN defaults).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     ml_wan_config: bool,
+    /// Stop answering layer-2 addresses while fewer than half of the speakers answer
+    /// this one (a partition's minority side), before the other side takes over. Off by
+    /// default, as MetalLB (which has no such fence).
+    #[arg(long, env = "METALLB_ML_SELF_FENCE", num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    ml_self_fence: bool,
     /// HTTPS metrics port (0 disables metrics).
     #[arg(long, default_value_t = 9120)]
     port: u16,
@@ -129,11 +138,6 @@ struct Args {
 
 /// Flags accepted for compatibility that do nothing yet: one warning each when given.
 const NO_EFFECT_YET: &[&str] = &[
-    "ml_bindaddr",
-    "ml_bindport",
-    "ml_labels",
-    "ml_secret_key_path",
-    "ml_wan_config",
     "frrk8s_namespace",
     "frrk8s_secret_passthrough",
     "pprof_bind_address",
@@ -167,18 +171,70 @@ fn main() -> Result<()> {
     if let Err(e) = speaker::l2_edge::parse_gratuitous_interval(&args.gratuitous_arp_interval) {
         bail!("--gratuitous-arp-interval: {e}");
     }
+    // As MetalLB: the key is read before anything else runs, and a bad one is fatal.
+    let ml_key = if args.ml_secret_key_path.is_empty() {
+        None
+    } else {
+        match membership::SecretKey::read_dir(std::path::Path::new(&args.ml_secret_key_path)) {
+            Ok(k) => Some(k),
+            Err(e) => {
+                tracing::error!(error = %e, "failed to read memberlist secret key file");
+                bail!("failed to read memberlist secret key file: {e}");
+            }
+        }
+    };
+    let ml_settings = membership_settings(&args)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let r = rt.block_on(run(args));
+    let r = rt.block_on(run(args, ml_settings.map(|s| (s, ml_key))));
     if let Err(e) = &r {
         tracing::error!(error = format!("{e:#}"), "speaker failed");
     }
     r
 }
 
-async fn run(args: Args) -> Result<()> {
+/// The membership's bind address and discovery labels, when it runs (`--ml-bindaddr`
+/// and `--ml-labels` both set, as MetalLB).
+struct MlSettings {
+    bind: std::net::SocketAddr,
+    labels: String,
+}
+
+fn membership_settings(args: &Args) -> Result<Option<MlSettings>> {
+    if args.ml_bindaddr.is_empty() || args.ml_labels.is_empty() {
+        if !args.ml_bindaddr.is_empty() || !args.ml_labels.is_empty() {
+            tracing::warn!(
+                ml_bindaddr = args.ml_bindaddr,
+                ml_labels = args.ml_labels,
+                "membership needs both --ml-bindaddr and --ml-labels: it is off, every known Node counts as a live speaker"
+            );
+        }
+        return Ok(None);
+    }
+    let ip: std::net::IpAddr = args.ml_bindaddr.parse().with_context(|| {
+        format!(
+            "--ml-bindaddr {:?}: an IP address (the speaker Pod's IP)",
+            args.ml_bindaddr
+        )
+    })?;
+    let port: u16 = args
+        .ml_bindport
+        .parse()
+        .with_context(|| format!("--ml-bindport {:?}: a port number", args.ml_bindport))?;
+    Ok(Some(MlSettings {
+        bind: std::net::SocketAddr::new(ip, port),
+        labels: args.ml_labels.clone(),
+    }))
+}
+
+/// How long a starting speaker waits to learn the other members before it decides
+/// layer-2 Services (MetalLB joins synchronously before its reconcilers run): without
+/// it, a restarted speaker alone in its own view would win every election at once.
+const INITIAL_JOIN_WAIT: Duration = Duration::from_secs(3);
+
+async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>) -> Result<()> {
     let ns = daemon::flags::namespace(&args.namespace)?;
     let node = args.node_name.clone();
     let client = Client::try_default()
@@ -199,6 +255,38 @@ async fn run(args: Args) -> Result<()> {
     let bgp_metrics = bgp::metrics::BgpMetrics::register(&registry)?;
     let announced_metric = speaker::metrics::Announced::register(&registry, &node)?;
     let l2_metrics = arp_ndp::metrics::Metrics::register(&registry)?;
+    // Membership: the socket is bound before the watches start, as MetalLB's memberlist.
+    let (mut ml, ml_labels) = match ml {
+        Some((settings, key)) => {
+            let generation = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            let mut cfg = membership::Config::new(&node, settings.bind, generation);
+            cfg.wan = args.ml_wan_config;
+            cfg.self_fence = args.ml_self_fence;
+            let encrypted = key.is_some();
+            let m = membership::Membership::start(
+                membership::EdgeConfig::new(cfg, Vec::new(), key),
+                Some(&registry),
+            )
+            .await
+            .context("starting the membership protocol")?;
+            tracing::info!(
+                bind = %m.local_addr(),
+                labels = settings.labels,
+                encrypted,
+                self_fence = args.ml_self_fence,
+                "membership started"
+            );
+            (Some(m), Some(settings.labels))
+        }
+        None => {
+            tracing::info!(
+                "membership off (--ml-bindaddr and --ml-labels not both set): every known Node counts as a live speaker"
+            );
+            (None, None)
+        }
+    };
     let l2_driver_config = arp_ndp::linux::DriverConfig {
         exclude: arp_ndp::interfaces::ExcludeList::load_or_default(std::path::Path::new(
             arp_ndp::interfaces::DEFAULT_EXCLUDE_PATH,
@@ -358,8 +446,29 @@ async fn run(args: Args) -> Result<()> {
     .with_l2(EdgeL2::new());
     let mut l2_driver: Option<tokio::task::JoinHandle<Result<(), arp_ndp::linux::DriverError>>> =
         None;
-    // The live speakers: "every known Node" until membership feeds it.
-    let (_live_tx, mut liveness) = Liveness::memberlist_disabled();
+    // The live speakers: the membership's, or "every known Node" without it.
+    let (_live_tx, mut liveness) = match &ml {
+        Some(m) => (None, Liveness::membership(m.live())),
+        None => {
+            let (tx, l) = Liveness::memberlist_disabled();
+            (Some(tx), l)
+        }
+    };
+    // The other speakers' addresses (`--ml-labels`), found by a task of their own.
+    let (seeds_tx, mut seeds_rx) = watch::channel::<Option<Vec<std::net::SocketAddr>>>(None);
+    if let (Some(m), Some(labels)) = (&ml, ml_labels) {
+        tasks.push(tokio::spawn(speaker::discovery::run(
+            client.clone(),
+            ns.clone(),
+            labels,
+            m.local_addr(),
+            seeds_tx,
+            stopped(),
+        )));
+    } else {
+        drop(seeds_tx);
+    }
+    let mut watched_owners = std::collections::BTreeSet::new();
     let out = Outputs {
         node: node.clone(),
         ns: ns.clone(),
@@ -384,6 +493,10 @@ async fn run(args: Args) -> Result<()> {
         }
         ready.store(true, std::sync::atomic::Ordering::Release);
         tracing::info!("watches ready");
+        if let Some(m) = ml.as_ref() {
+            wait_joined(m, &mut seeds_rx).await;
+        }
+        speaker.set_live(liveness.current());
         let nodes = view.nodes().context("the view watches Nodes")?.store();
         let services = view
             .services()
@@ -521,6 +634,14 @@ async fn run(args: Args) -> Result<()> {
                     );
                 }
                 out.apply(&mut speaker);
+                if let Some(m) = ml.as_ref() {
+                    let owners = speaker.watched_owners();
+                    if owners != watched_owners {
+                        tracing::debug!(?owners, "watching the owners this node takes over from");
+                        m.watch_owners(owners.clone());
+                        watched_owners = owners;
+                    }
+                }
                 if all && !synced {
                     // The first full pass: objects of this node nobody wants go.
                     synced = true;
@@ -554,9 +675,28 @@ async fn run(args: Args) -> Result<()> {
                         out.apply(&mut speaker);
                     }
                     live = liveness.changed() => {
+                        tracing::debug!(?live, "live speakers");
                         if speaker.set_live(live) {
                             batch = Some(Batch::All);
                             break;
+                        }
+                    }
+                    ev = async { ml.as_mut().expect("guarded").next_event().await }, if ml.is_some() => {
+                        let Some(ev) = ev else {
+                            anyhow::bail!("the membership protocol stopped");
+                        };
+                        if let Some(live) = on_membership(&mut liveness, ev)
+                            && speaker.set_live(live)
+                        {
+                            batch = Some(Batch::All);
+                            break;
+                        }
+                    }
+                    r = seeds_rx.changed(), if ml.is_some() => {
+                        if r.is_ok()
+                            && let (Some(m), Some(seeds)) = (ml.as_ref(), seeds_rx.borrow_and_update().clone())
+                        {
+                            m.set_seeds(seeds);
                         }
                     }
                     r = async { l2_driver.as_mut().expect("guarded").await }, if l2_driver.is_some() => {
@@ -575,6 +715,19 @@ async fn run(args: Args) -> Result<()> {
         r = daemon::shutdown_signal() => r,
         r = reconcile => r.context("the speaker loop ended"),
     };
+    // Layer 2 first: stop answering, then tell the other speakers, whose next candidate
+    // takes over at once (no moment with two nodes answering).
+    if let Some(m) = ml.take() {
+        if let Some(t) = l2_driver.take() {
+            t.abort();
+        }
+        let started = std::time::Instant::now();
+        m.leave(Duration::from_millis(500)).await;
+        tracing::info!(
+            took_ms = started.elapsed().as_millis() as u64,
+            "left the membership"
+        );
+    }
     // Sessions first: graceful-restart peers keep our routes, the others get a Cease
     // (bounded: MetalLB's manifests give the Pod 2 s after SIGTERM).
     let ending = speaker.shutdown();
@@ -584,6 +737,8 @@ async fn run(args: Args) -> Result<()> {
     )
     .await;
     let _ = stop_tx.send(true);
+    // The event task ends when its queue's sender goes.
+    drop(out);
     drop(view);
     for w in watches {
         w.abort();
@@ -604,6 +759,93 @@ async fn run(args: Args) -> Result<()> {
 }
 
 type Speaker = NodeSpeaker<BgpFactory, RuntimeBfd, EdgeL2>;
+
+/// Waits (at most [`INITIAL_JOIN_WAIT`]) until the first discovery has answered and, if
+/// it found other speakers, one of them is a member (a join exchanges the whole member
+/// list).
+async fn wait_joined(
+    m: &membership::Membership,
+    seeds: &mut watch::Receiver<Option<Vec<std::net::SocketAddr>>>,
+) {
+    let started = std::time::Instant::now();
+    let mut live = m.live();
+    let joined = tokio::time::timeout(INITIAL_JOIN_WAIT, async {
+        let found = match seeds.wait_for(Option::is_some).await {
+            Ok(s) => s.clone().unwrap_or_default(),
+            Err(_) => return,
+        };
+        m.set_seeds(found.clone());
+        if found.is_empty() {
+            return;
+        }
+        let _ = live.wait_for(|l| l.len() > 1).await;
+    })
+    .await;
+    let members = m.live().borrow().clone();
+    match joined {
+        Ok(()) => tracing::info!(
+            ?members,
+            took_ms = started.elapsed().as_millis() as u64,
+            "membership joined"
+        ),
+        Err(_) => tracing::warn!(
+            ?members,
+            "no other speaker answered within {INITIAL_JOIN_WAIT:?}: deciding with the members known"
+        ),
+    }
+}
+
+/// Acts on a membership event; returns the live set to use when it changed here (the
+/// membership's own live set arrives through [`Liveness`]).
+fn on_membership(
+    liveness: &mut Liveness,
+    ev: membership::Event,
+) -> Option<Option<std::collections::BTreeSet<String>>> {
+    use membership::Event;
+    match ev {
+        Event::OwnerDown { node, after_ns } => {
+            tracing::info!(
+                owner = node,
+                detected_after_ms = after_ns / 1_000_000,
+                "owner down (heartbeat lost, no helper reached it): taking over its layer-2 addresses"
+            );
+            None
+        }
+        Event::PathFault { node } => {
+            tracing::warn!(
+                owner = node,
+                "heartbeat with the owner lost but another speaker reaches it: path fault, nothing moves"
+            );
+            None
+        }
+        Event::HeartbeatUp { node } => {
+            tracing::debug!(owner = node, "heartbeat with the owner up");
+            None
+        }
+        Event::OwnerBack { node } => {
+            tracing::info!(owner = node, "owner back");
+            None
+        }
+        Event::Rejoined { generation } => {
+            tracing::warn!(
+                generation,
+                "the other speakers had declared this one down: rejoined"
+            );
+            None
+        }
+        Event::Fence(on) => {
+            if on {
+                tracing::warn!(
+                    "fewer than half of the speakers answer: self-fenced, layer-2 addresses are not answered"
+                );
+            } else {
+                tracing::info!("a majority of the speakers answers again: fence lifted");
+            }
+            Some(liveness.set_fenced(on))
+        }
+        Event::LiveChanged(_) => None,
+    }
+}
 
 /// Every known Node's facts (the layer-2 candidates).
 fn node_facts(nodes: &Store<k8s_openapi::api::core::v1::Node>) -> BTreeMap<String, NodeFacts> {

@@ -79,6 +79,9 @@ pub struct NodeSpeaker<F: SessionFactory, B: BfdOps, L: L2Ops = NoL2> {
     /// The live speakers; `None`: membership off (every known Node).
     live: Option<BTreeSet<String>>,
     l2: L2Speaker<L>,
+    /// Layer 2, per Service key: the owner this node takes over from if it
+    /// goes (this node is next in the Service's election).
+    succeeds: BTreeMap<String, String>,
     effects: Effects,
 }
 
@@ -121,6 +124,7 @@ impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B, NoL2> {
             nodes: BTreeMap::new(),
             live: None,
             l2: L2Speaker::new(NoL2),
+            succeeds: BTreeMap::new(),
             effects: Effects::default(),
         }
     }
@@ -137,6 +141,7 @@ impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B, NoL2> {
             nodes: self.nodes,
             live: self.live,
             l2: L2Speaker::new(ops),
+            succeeds: self.succeeds,
             effects: self.effects,
         }
     }
@@ -164,6 +169,13 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
         }
         self.live = live;
         true
+    }
+
+    /// The owners this node would take layer-2 addresses over from (it is
+    /// next after them in some Service's election): the membership
+    /// protocol's fast path watches them.
+    pub fn watched_owners(&self) -> BTreeSet<String> {
+        self.succeeds.values().cloned().collect()
     }
 
     /// The layer-2 half.
@@ -234,6 +246,19 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
             slices,
             &self.options,
         );
+        let successor_of = l2_decision.election.as_ref().and_then(|e| {
+            let winner = e.winner()?;
+            (winner != facts.name && e.next_after(winner) == Some(facts.name.as_str()))
+                .then(|| winner.to_owned())
+        });
+        match successor_of {
+            Some(owner) => {
+                self.succeeds.insert(key.to_owned(), owner);
+            }
+            None => {
+                self.succeeds.remove(key);
+            }
+        }
         let l2_change = self.l2.set_service(key, l2_decision.result.as_ref().ok());
         let l2_changed = l2_change.assigned || l2_change.metric.iter().any(|(_, on)| !on);
         if let Some(status) = l2_change.status {

@@ -6,35 +6,9 @@ use std::path::Path;
 
 use testkit::help::{Allowed, check_claims, check_no_effect_warnings, help_of, unfinished_claims};
 
-const MEMBERLIST: &str = "memberlist (L2 liveness) comes with the membership protocol";
 const FRR: &str = "every METALLB_BGP_TYPE runs the native stack: FRR's settings mean nothing";
 
 const ALLOWED: &[Allowed] = &[
-    Allowed {
-        command: "speaker",
-        flag: "--ml-bindaddr",
-        reason: MEMBERLIST,
-    },
-    Allowed {
-        command: "speaker",
-        flag: "--ml-bindport",
-        reason: MEMBERLIST,
-    },
-    Allowed {
-        command: "speaker",
-        flag: "--ml-labels",
-        reason: MEMBERLIST,
-    },
-    Allowed {
-        command: "speaker",
-        flag: "--ml-secret-key-path",
-        reason: MEMBERLIST,
-    },
-    Allowed {
-        command: "speaker",
-        flag: "--ml-wan-config",
-        reason: MEMBERLIST,
-    },
     Allowed {
         command: "speaker",
         flag: "--bgp-debounce-timeout",

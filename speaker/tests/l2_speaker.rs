@@ -243,6 +243,12 @@ fn takeover_and_release_follow_the_live_speakers() {
     h.decide("web", &[&ip]);
     assert_eq!(h.l2.take_calls(), Vec::<String>::new());
     assert!(h.node.take_effects().is_empty());
+    // node-1 is next: its fast path watches the owner.
+    assert_eq!(
+        h.node.watched_owners(),
+        BTreeSet::from([first.clone()]),
+        "the owner a successor watches"
+    );
 
     // The owner is gone: node-1 takes over.
     let without: Vec<&str> = NODES.iter().copied().filter(|n| *n != first).collect();
@@ -250,6 +256,8 @@ fn takeover_and_release_follow_the_live_speakers() {
     assert!(!h.node.set_live(live(&without)));
     h.decide("web", &[&ip]);
     assert_eq!(h.l2.take_calls(), [format!("claim default/web {ip} {{}}")]);
+    // The owner now: it watches nobody for this Service.
+    assert_eq!(h.node.watched_owners(), BTreeSet::new());
     let fx = h.node.take_effects();
     assert_eq!(fx.l2_node_assigned, ["default/web"]);
     assert_eq!(
@@ -292,6 +300,12 @@ fn takeover_and_release_follow_the_live_speakers() {
     h.node.service("default/web", None, &[]);
     assert_eq!(h.l2.take_calls(), [format!("release default/web {ip}")]);
     assert_eq!(h.node.announced().count(), 0);
+    // Back with every speaker live, then deleted: nothing is watched any more.
+    h.node.set_live(live(&NODES));
+    h.decide("web", &[&ip]);
+    assert_eq!(h.node.watched_owners(), BTreeSet::from([first.clone()]));
+    h.node.service("default/web", None, &[]);
+    assert_eq!(h.node.watched_owners(), BTreeSet::new());
 }
 
 #[test]

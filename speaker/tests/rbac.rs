@@ -20,6 +20,13 @@ const USED: &[(&str, &str, &str, &str, &str)] = &[
     ("", "secrets", "*", "watch", W),
     ("", "configmaps", "*", "list", W),
     ("", "configmaps", "*", "watch", W),
+    (
+        "",
+        "pods",
+        "*",
+        "list",
+        "speaker::discovery (--ml-labels: the other speakers' Pod IPs)",
+    ),
     ("metallb.io", "ipaddresspools", "*", "list", W),
     ("metallb.io", "ipaddresspools", "*", "watch", W),
     ("metallb.io", "bgppeers", "*", "list", W),

@@ -24,10 +24,10 @@ use testkit::plan;
 
 /// How long an answer or a status may take after the write that causes it (the
 /// speakers decide in milliseconds; this leaves room for a loaded machine).
-const WITHIN: Duration = Duration::from_secs(10);
+pub(crate) const WITHIN: Duration = Duration::from_secs(10);
 
 /// MAC (lower case) -> node name, for the nodes' interfaces on the segment.
-fn node_macs(sl: &SpeakerLab) -> Result<BTreeMap<String, String>> {
+pub(crate) fn node_macs(sl: &SpeakerLab) -> Result<BTreeMap<String, String>> {
     let mut m = BTreeMap::new();
     for n in 1..=3 {
         let node = plan::node_name(n);
@@ -38,7 +38,7 @@ fn node_macs(sl: &SpeakerLab) -> Result<BTreeMap<String, String>> {
 }
 
 /// The MACs answering one ARP request for `ip` from the client (arping, 1 s).
-fn arp_answers(sl: &SpeakerLab, ip: &str) -> Result<Vec<String>> {
+pub(crate) fn arp_answers(sl: &SpeakerLab, ip: &str) -> Result<Vec<String>> {
     let client = sl.net.net.client();
     let iface = sl.net.net.l2_iface("client").to_owned();
     let src = plan::CLIENT_V4.to_string();
@@ -59,7 +59,7 @@ fn arp_answers(sl: &SpeakerLab, ip: &str) -> Result<Vec<String>> {
 }
 
 /// The client's neighbour entry for `ip`: (MAC, state), if any.
-fn neighbour(sl: &SpeakerLab, ip: &str) -> Result<Option<(String, String)>> {
+pub(crate) fn neighbour(sl: &SpeakerLab, ip: &str) -> Result<Option<(String, String)>> {
     let v = sl.net.net.client().ip_json(&["neigh", "show", ip])?;
     Ok(v.as_array().and_then(|a| a.first()).map(|e| {
         (
@@ -73,7 +73,7 @@ fn neighbour(sl: &SpeakerLab, ip: &str) -> Result<Option<(String, String)>> {
 }
 
 /// (node label, status.node, serviceName, interfaces) of every ServiceL2Status.
-async fn l2_statuses(sl: &SpeakerLab) -> Result<Vec<(String, String, String, String)>> {
+pub(crate) async fn l2_statuses(sl: &SpeakerLab) -> Result<Vec<(String, String, String, String)>> {
     Ok(sl
         .list("ServiceL2Status", None)
         .await?
@@ -98,7 +98,7 @@ async fn l2_statuses(sl: &SpeakerLab) -> Result<Vec<(String, String, String, Str
 
 /// Waits until exactly one node answers `ip` and one ServiceL2Status names it; returns
 /// that node.
-async fn wait_owner(
+pub(crate) async fn wait_owner(
     sl: &SpeakerLab,
     ip: &str,
     macs: &BTreeMap<String, String>,
@@ -184,7 +184,7 @@ async fn network_unavailable(sl: &SpeakerLab, node: &str, on: bool) -> Result<()
 }
 
 /// Waits for the `nodeAssigned` event of Service `web` naming `node` and layer2.
-async fn wait_node_assigned(sl: &SpeakerLab, node: &str) -> Result<()> {
+pub(crate) async fn wait_node_assigned(sl: &SpeakerLab, node: &str) -> Result<()> {
     let want = format!("announcing from node \"{node}\" with protocol \"layer2\"");
     wait_until(&format!("event nodeAssigned: {want}"), WITHIN, || async {
         let out = sl

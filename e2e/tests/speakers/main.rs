@@ -10,5 +10,6 @@ mod bgp;
 mod harness;
 mod ipv6;
 mod l2;
+mod l2_failover;
 mod metrics;
 mod warnings;
