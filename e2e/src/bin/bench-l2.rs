@@ -1,0 +1,897 @@
+//! bench-l2: layer-2 failover of the speaker (BENCHMARKS.md, "Speaker: layer-2
+//! failover"), with MetalLB's own speaker (built by `lab/build-metallb`, memberlist on)
+//! as the anchor in the same run, on the same lab, nodes, Services and faults.
+//!
+//! For each implementation and each speaker count it brings up the test kit's network
+//! (node-1..N on one segment with the client), one speaker per node namespace with
+//! membership as deployed (`--ml-bindaddr` = the node's address, `--ml-labels` finding
+//! the speakers' Pods, whose `status.podIP` the benchmark writes, `--ml-secret-key-path`),
+//! 100 LoadBalancer Services in layer 2 (ingress and EndpointSlices written by the
+//! benchmark: no controller), and then, for each fault kind, N times: finds the node
+//! answering the probe address (198.51.100.90) from the client, makes sure the client's
+//! neighbour entry holds its MAC, applies the fault to that node, and times the first
+//! `ip -ts monitor neigh` event in the client namespace that gives the address another
+//! node's MAC. Then it undoes the fault (a new speaker process; a cut cable restored and
+//! that node's speaker restarted) and waits until the old owner answers again (the hash
+//! order), before the next round.
+//!
+//! Faults: `kill` (SIGKILL of the owner's speaker), `cut` (the owner's cable cut at the
+//! switch with nftables, silently: no link event), `term` (SIGTERM: a clean hand-over).
+//!
+//! Also: datagrams per second per node (UDP `OutDatagrams` of each node namespace's
+//! `/proc/net/snmp` over a quiet 20 s, which counts both implementations alike: their
+//! membership is the only UDP a node sends in layer 2 mode), and with `--soak SECS`
+//! (ours only) a soak under CPU load (two busy processes per core) counting takeovers,
+//! path faults and owner changes of every Service address: none is expected.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use e2e::{Lab, NodeNetwork};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use testkit::process::Signal;
+use testkit::{LabOptions, NsChild, plan};
+
+const USAGE: &str = "\
+usage: bench-l2 [--impl ours|metallb|both] [--speakers 3,20] [--faults N]
+                [--kinds kill,cut,term] [--services N] [--soak SECS]
+                [--ours-bin DIR] [--metallb-bin DIR] [--out FILE]
+
+Layer-2 failover against the lab (lab/cluster up, root, the test kit's tools), MetalLB's
+speaker with memberlist as the anchor in the same run:
+  --impl         which to run (default both: ours, then MetalLB)
+  --speakers     speaker counts (default 3,20)
+  --faults N     faults of each kind per speaker count (default 50)
+  --kinds        fault kinds (default kill,cut,term)
+  --services N   LoadBalancer Services in layer 2 (default 100, at most 200)
+  --soak SECS    after the faults, ours only, the largest speaker count: SECS under CPU
+                 load (two busy processes per core), counting takeovers (default 0: none)
+  --ours-bin     directory of our speaker (default $CARGO_TARGET_DIR/release, else
+                 <repo>/target/release)
+  --metallb-bin  directory of MetalLB's (default: lab/build-metallb bindir)
+  --out FILE     also write the figures as JSON";
+
+/// The address whose owner is faulted.
+const PROBE: &str = "198.51.100.90";
+/// The labels of the speaker Pods (MetalLB's manifests'), `--ml-labels`.
+const ML_LABELS: &str = "app=metallb,component=speaker";
+/// Longest failover waited for (MetalLB's memberlist takes about 5-7 s for a crash).
+const FAILOVER_TIMEOUT: Duration = Duration::from_secs(40);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Ours,
+    Metallb,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Ours => "ours",
+            Kind::Metallb => "metallb",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    Kill,
+    Cut,
+    Term,
+}
+
+impl Fault {
+    fn name(self) -> &'static str {
+        match self {
+            Fault::Kill => "kill",
+            Fault::Cut => "cut",
+            Fault::Term => "term",
+        }
+    }
+}
+
+struct Opts {
+    kinds: Vec<Kind>,
+    speakers: Vec<usize>,
+    faults: usize,
+    fault_kinds: Vec<Fault>,
+    services: usize,
+    soak: u64,
+    ours_bin: PathBuf,
+    metallb_bin: PathBuf,
+    out: Option<PathBuf>,
+}
+
+fn parse_opts(repo: &Path) -> Result<Opts> {
+    let mut args = std::env::args().skip(1);
+    let mut o = Opts {
+        kinds: vec![Kind::Ours, Kind::Metallb],
+        speakers: vec![3, 20],
+        faults: 50,
+        fault_kinds: vec![Fault::Kill, Fault::Cut, Fault::Term],
+        services: 100,
+        soak: 0,
+        ours_bin: PathBuf::new(),
+        metallb_bin: PathBuf::new(),
+        out: None,
+    };
+    let mut ours_bin = None;
+    let mut metallb_bin = None;
+    while let Some(a) = args.next() {
+        let mut val = || args.next().with_context(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--impl" => {
+                o.kinds = match val()?.as_str() {
+                    "ours" => vec![Kind::Ours],
+                    "metallb" => vec![Kind::Metallb],
+                    "both" => vec![Kind::Ours, Kind::Metallb],
+                    v => bail!("--impl {v}: ours, metallb or both"),
+                }
+            }
+            "--speakers" => {
+                o.speakers = val()?
+                    .split(',')
+                    .map(|s| s.parse().context("--speakers: numbers"))
+                    .collect::<Result<_>>()?
+            }
+            "--faults" => o.faults = val()?.parse()?,
+            "--kinds" => {
+                o.fault_kinds = val()?
+                    .split(',')
+                    .map(|s| match s {
+                        "kill" => Ok(Fault::Kill),
+                        "cut" => Ok(Fault::Cut),
+                        "term" => Ok(Fault::Term),
+                        v => bail!("--kinds {v}: kill, cut or term"),
+                    })
+                    .collect::<Result<_>>()?
+            }
+            "--services" => o.services = val()?.parse()?,
+            "--soak" => o.soak = val()?.parse()?,
+            "--ours-bin" => ours_bin = Some(PathBuf::from(val()?)),
+            "--metallb-bin" => metallb_bin = Some(PathBuf::from(val()?)),
+            "--out" => o.out = Some(PathBuf::from(val()?)),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            _ => bail!("unknown argument {a}\n{USAGE}"),
+        }
+    }
+    ensure!(
+        (1..=200).contains(&o.services),
+        "--services: 1 to 200 (one /24)"
+    );
+    ensure!(
+        o.speakers.iter().all(|n| (2..=40).contains(n)),
+        "--speakers: 2 to 40 each"
+    );
+    o.ours_bin = ours_bin.unwrap_or_else(|| match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(t) => PathBuf::from(t).join("release"),
+        None => repo.join("target/release"),
+    });
+    o.metallb_bin = match metallb_bin {
+        Some(d) => d,
+        None => {
+            let out = std::process::Command::new(repo.join("lab/build-metallb"))
+                .arg("bindir")
+                .output()?;
+            PathBuf::from(String::from_utf8(out.stdout)?.trim())
+        }
+    };
+    Ok(o)
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    if let Err(e) = rt.block_on(run()) {
+        eprintln!("bench-l2: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run() -> Result<()> {
+    let lab = Lab::connect().await?;
+    let opts = parse_opts(lab.repo())?;
+    let mut all = serde_json::Map::new();
+    let biggest = opts.speakers.iter().copied().max().unwrap_or(3);
+    for &n in &opts.speakers {
+        for &kind in &opts.kinds {
+            let bin = match kind {
+                Kind::Ours => opts.ours_bin.join("speaker"),
+                Kind::Metallb => opts.metallb_bin.join("speaker"),
+            };
+            ensure!(bin.is_file(), "{} is missing", bin.display());
+            eprintln!("bench-l2: === {} with {n} speakers ===", kind.name());
+            let soak = if kind == Kind::Ours && n == biggest {
+                opts.soak
+            } else {
+                0
+            };
+            let figures = bench(&lab, kind, n, &bin, &opts, soak).await?;
+            println!(
+                "FIGURES {} {n} {}",
+                kind.name(),
+                serde_json::to_string_pretty(&figures)?
+            );
+            all.insert(format!("{}-{n}", kind.name()), figures);
+            if let Some(out) = &opts.out {
+                std::fs::write(out, serde_json::to_vec_pretty(&Value::Object(all.clone()))?)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+struct Bench<'a> {
+    lab: &'a Lab,
+    kind: Kind,
+    nodes: usize,
+    bin: PathBuf,
+    net: NodeNetwork,
+    cfg_ns: String,
+    svc_ns: String,
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+    speakers: Vec<Option<NsChild>>,
+    macs: BTreeMap<String, usize>,
+    client_if: String,
+}
+
+async fn bench(
+    lab: &Lab,
+    kind: Kind,
+    nodes: usize,
+    bin: &Path,
+    opts: &Opts,
+    soak: u64,
+) -> Result<Value> {
+    let waiting = Instant::now();
+    let net = loop {
+        let o = LabOptions { nodes, far: false };
+        match tokio::task::block_in_place(|| lab.node_network(&o)) {
+            Ok(n) => break n,
+            Err(e)
+                if format!("{e:#}").contains("is still held")
+                    && waiting.elapsed() < Duration::from_secs(1800) =>
+            {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    e2e::speakers::ensure_nodes(lab, nodes).await?;
+    let suffix = e2e::unique_suffix();
+    let cfg_ns = format!("bench-l2-{}-cfg-{suffix}", kind.name());
+    let svc_ns = format!("bench-l2-{}-svc-{suffix}", kind.name());
+    let dir = std::env::temp_dir().join(format!("bench-l2-{}-{nodes}-{suffix}", kind.name()));
+    std::fs::create_dir_all(dir.join("memberlist"))?;
+    eprintln!("bench-l2: logs in {}", dir.display());
+    let nsapi = Api::<Namespace>::all(lab.client.clone());
+    for ns in [&cfg_ns, &svc_ns] {
+        nsapi
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+            )
+            .await?;
+    }
+    let mut macs = BTreeMap::new();
+    for n in 1..=nodes {
+        let node = plan::node_name(n);
+        let iface = net.net.l2_iface(&node).to_owned();
+        macs.insert(net.net.node(n).mac(&iface)?.to_ascii_lowercase(), n);
+    }
+    let client_if = net.net.l2_iface("client").to_owned();
+    let mut b = Bench {
+        lab,
+        kind,
+        nodes,
+        bin: bin.to_path_buf(),
+        net,
+        cfg_ns: cfg_ns.clone(),
+        svc_ns: svc_ns.clone(),
+        dir,
+        kubeconfig: PathBuf::new(),
+        speakers: (0..nodes).map(|_| None).collect(),
+        macs,
+        client_if,
+    };
+    let result = b.run(opts, soak).await;
+    for s in b.speakers.iter_mut().flatten() {
+        let _ = s.stop_with(Signal::KILL, Duration::from_secs(5));
+    }
+    let _ = Api::<ClusterRoleBinding>::all(lab.client.clone())
+        .delete(&format!("bench:{cfg_ns}:speaker"), &DeleteParams::default())
+        .await;
+    let pods = Api::<Pod>::namespaced(lab.client.clone(), &cfg_ns);
+    for n in 1..=nodes {
+        let _ = pods
+            .delete(
+                &format!("speaker-{}", plan::node_name(n)),
+                &DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..Default::default()
+                },
+            )
+            .await;
+    }
+    for ns in [&svc_ns, &cfg_ns] {
+        let _ = nsapi.delete(ns, &DeleteParams::default()).await;
+    }
+    let Bench { net, .. } = b;
+    tokio::task::block_in_place(move || drop(net));
+    result
+}
+
+/// The median and 99th percentile (nearest rank) of `v`, in ms.
+fn stats(v: &[Duration]) -> Value {
+    let mut ms: Vec<f64> = v.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    ms.sort_by(f64::total_cmp);
+    if ms.is_empty() {
+        return json!({"n": 0});
+    }
+    let rank = |p: f64| ms[((p * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1];
+    json!({
+        "n": ms.len(),
+        "median_ms": (rank(0.5) * 10.0).round() / 10.0,
+        "p99_ms": (rank(0.99) * 10.0).round() / 10.0,
+        "max_ms": (ms[ms.len() - 1] * 10.0).round() / 10.0,
+        "min_ms": (ms[0] * 10.0).round() / 10.0,
+    })
+}
+
+impl Bench<'_> {
+    fn metallb(&self, kind: &str) -> Api<DynamicObject> {
+        self.lab.metallb(&self.lab.client, &self.cfg_ns, kind)
+    }
+
+    async fn create_metallb(&self, kind: &str, name: &str, spec: Value) -> Result<()> {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "metallb.io/v1beta1",
+            "kind": kind,
+            "metadata": {"name": name, "namespace": self.cfg_ns},
+            "spec": spec,
+        }))?;
+        self.metallb(kind)
+            .create(&PostParams::default(), &obj)
+            .await
+            .with_context(|| format!("creating {kind} {name}"))?;
+        Ok(())
+    }
+
+    /// The speakers' ServiceAccount, bound to cluster-admin (the same rights for both
+    /// implementations), and a kubeconfig with its token.
+    async fn account(&mut self) -> Result<()> {
+        let name = "speaker";
+        Api::<ServiceAccount>::namespaced(self.lab.client.clone(), &self.cfg_ns)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": name}}))?,
+            )
+            .await?;
+        Api::<ClusterRoleBinding>::all(self.lab.client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": format!("bench:{}:{name}", self.cfg_ns)},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                    "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": self.cfg_ns}],
+                }))?,
+            )
+            .await?;
+        let user = format!("system:serviceaccount:{}:{name}", self.cfg_ns);
+        self.lab.wait_allowed(&user, "list", "pods", None).await?;
+        self.kubeconfig = self
+            .lab
+            .service_account_kubeconfig(&self.dir, &self.cfg_ns, name)
+            .await?;
+        Ok(())
+    }
+
+    fn start_speaker(&mut self, n: usize) -> Result<()> {
+        let node = plan::node_name(n);
+        let pod = format!("speaker-{node}");
+        let ip = plan::node_v4(n).to_string();
+        let key_dir = self.dir.join("memberlist");
+        let key_dir = key_dir.to_str().context("path")?;
+        let kc = self.kubeconfig.to_str().context("path")?;
+        let ns = self.net.net.node(n);
+        let mut cmd = ns.command(&self.bin);
+        let ml = [
+            "--ml-bindaddr",
+            &ip,
+            "--ml-labels",
+            ML_LABELS,
+            "--ml-secret-key-path",
+            key_dir,
+        ];
+        match self.kind {
+            Kind::Ours => {
+                cmd.args([
+                    "--log-format",
+                    "text",
+                    "--node-name",
+                    &node,
+                    "--health-probe-port",
+                    "7473",
+                    "--port",
+                    "7472",
+                    "--metrics-bind-address",
+                    "127.0.0.1",
+                    "--metrics-insecure-http",
+                    "--log-level",
+                    "info",
+                ]);
+            }
+            Kind::Metallb => {
+                cmd.args([
+                    "--node-name",
+                    &node,
+                    "--pod-name",
+                    &pod,
+                    "--namespace",
+                    &self.cfg_ns,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    "7472",
+                    "--log-level",
+                    "info",
+                ]);
+                cmd.env("METALLB_BGP_TYPE", "native");
+            }
+        }
+        cmd.args(ml)
+            .env("KUBECONFIG", kc)
+            .env("METALLB_NAMESPACE", &self.cfg_ns)
+            .env("METALLB_POD_NAME", &pod)
+            .env("METALLB_NODE_NAME", &node);
+        let log = self.dir.join(format!("speaker-{node}.log"));
+        let child =
+            NsChild::spawn_logged(cmd, &log).with_context(|| format!("speaker in {node}"))?;
+        self.speakers[n - 1] = Some(child);
+        Ok(())
+    }
+
+    fn speaker_log(&self, n: usize) -> String {
+        let log = self.dir.join(format!("speaker-{}.log", plan::node_name(n)));
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    async fn create_slice(&self, name: &str, node: usize) -> Result<()> {
+        let slice: EndpointSlice = serde_json::from_value(json!({
+            "metadata": {"generateName": format!("{name}-"), "namespace": self.svc_ns,
+                         "labels": {"kubernetes.io/service-name": name,
+                                    "endpointslice.kubernetes.io/managed-by": "bench-l2.metallb-rs.io"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [plan::node_v4(node).to_string()],
+                           "conditions": {"ready": true, "serving": true, "terminating": false},
+                           "nodeName": plan::node_name(node)}],
+            "ports": [{"name": "tcp-80", "protocol": "TCP", "port": 8080}],
+        }))?;
+        Api::<EndpointSlice>::namespaced(self.lab.client.clone(), &self.svc_ns)
+            .create(&PostParams::default(), &slice)
+            .await
+            .with_context(|| format!("EndpointSlice for {name}"))?;
+        Ok(())
+    }
+
+    /// A LoadBalancer Service with `ip` as its ingress (the controller's write, done
+    /// here: no controller runs).
+    async fn create_service(&self, name: &str, ip: &str, node: usize) -> Result<()> {
+        let api = Api::<Service>::namespaced(self.lab.client.clone(), &self.svc_ns);
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": self.svc_ns},
+            "spec": {"type": "LoadBalancer", "selector": {"app": name},
+                     "ports": [{"name": "tcp-80", "protocol": "TCP", "port": 80, "targetPort": 8080}]},
+        }))?;
+        api.create(&PostParams::default(), &svc)
+            .await
+            .with_context(|| format!("Service {name}"))?;
+        self.create_slice(name, node).await?;
+        api.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": ip}]}}})),
+        )
+        .await
+        .with_context(|| format!("ingress of Service {name}"))?;
+        Ok(())
+    }
+
+    /// The nodes whose MACs answer one ARP request from the client for `ip`.
+    fn arp_owners(&self, ip: &str) -> Result<Vec<usize>> {
+        let src = plan::CLIENT_V4.to_string();
+        let out = self.net.net.client().output(
+            "arping",
+            &["-I", &self.client_if, "-s", &src, "-c", "1", "-w", "1", ip],
+        )?;
+        let mut owners: Vec<usize> = out
+            .stdout
+            .lines()
+            .filter(|l| l.contains("reply from"))
+            .filter_map(|l| {
+                let (_, rest) = l.split_once('[')?;
+                let (mac, _) = rest.split_once(']')?;
+                self.macs.get(&mac.to_ascii_lowercase()).copied()
+            })
+            .collect();
+        owners.sort_unstable();
+        owners.dedup();
+        Ok(owners)
+    }
+
+    /// Waits until exactly one node answers `ip`; returns it.
+    async fn owner(&self, ip: &str, timeout: Duration) -> Result<usize> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let o = tokio::task::block_in_place(|| self.arp_owners(ip))?;
+            if let [one] = o.as_slice() {
+                return Ok(*one);
+            }
+            if Instant::now() > deadline {
+                bail!("{ip} is answered by nodes {o:?} after {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The client's neighbour entry for `ip` (lower-case MAC).
+    fn neighbour(&self, ip: &str) -> Result<Option<String>> {
+        let v = self.net.net.client().ip_json(&["neigh", "show", ip])?;
+        Ok(v.as_array()
+            .and_then(|a| a.first())
+            .and_then(|e| e["lladdr"].as_str())
+            .map(str::to_ascii_lowercase))
+    }
+
+    /// Makes the client resolve `ip` (a datagram) until its entry holds node `n`'s MAC.
+    async fn resolve(&self, ip: &str, n: usize) -> Result<()> {
+        let want = self
+            .macs
+            .iter()
+            .find(|(_, v)| **v == n)
+            .map(|(m, _)| m.clone())
+            .context("mac")?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            tokio::task::block_in_place(|| {
+                let _ = self.net.net.client().output(
+                    "bash",
+                    &["-c", &format!("echo x > /dev/udp/{ip}/9; sleep 0.1")],
+                );
+            });
+            if self.neighbour(ip)?.as_deref() == Some(want.as_str()) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("the client does not resolve {ip} to node-{n}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// UDP datagrams sent by node `n`'s namespace so far.
+    fn udp_out(&self, n: usize) -> Result<u64> {
+        let out = self.net.net.node(n).output("cat", &["/proc/net/snmp"])?;
+        let lines: Vec<&str> = out
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("Udp:"))
+            .collect();
+        ensure!(lines.len() >= 2, "no Udp lines in /proc/net/snmp");
+        let names: Vec<&str> = lines[0].split_whitespace().collect();
+        let vals: Vec<&str> = lines[1].split_whitespace().collect();
+        let i = names
+            .iter()
+            .position(|n| *n == "OutDatagrams")
+            .context("OutDatagrams")?;
+        Ok(vals[i].parse()?)
+    }
+
+    async fn run(&mut self, opts: &Opts, soak: u64) -> Result<Value> {
+        let mut figures = serde_json::Map::new();
+        self.account().await?;
+        // MetalLB's memberlist Secret: 22 base64 characters.
+        let mut key = [0u8; 16];
+        std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
+        let key: String = key.iter().map(|b| format!("{b:02x}")).collect();
+        std::fs::write(self.dir.join("memberlist/secretkey"), &key[..22])?;
+        let pods = Api::<Pod>::namespaced(self.lab.client.clone(), &self.cfg_ns);
+        for n in 1..=self.nodes {
+            let name = format!("speaker-{}", plan::node_name(n));
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": self.cfg_ns,
+                             "labels": {"app": "metallb", "component": "speaker"}},
+                "spec": {"nodeName": plan::node_name(n), "hostNetwork": true,
+                         "terminationGracePeriodSeconds": 0,
+                         "serviceAccountName": "speaker", "automountServiceAccountToken": false,
+                         "containers": [{"name": "speaker", "image": "bench.invalid/speaker"}]},
+            }))?;
+            pods.create(&PostParams::default(), &pod).await?;
+            let ip = plan::node_v4(n).to_string();
+            pods.patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+                    "conditions": [{"type": "Ready", "status": "True"}]}}),
+                ),
+            )
+            .await?;
+        }
+        self.create_metallb(
+            "IPAddressPool",
+            "pool",
+            json!({"addresses": [plan::POOL_V4]}),
+        )
+        .await?;
+        self.create_metallb("L2Advertisement", "l2", json!({}))
+            .await?;
+        let client = self.net.net.client();
+        client.ip(&["route", "add", "198.51.100.0/24", "dev", &self.client_if])?;
+        // The probe first, then the others (198.51.100.100 on).
+        let mut ips = vec![PROBE.to_owned()];
+        for i in 0..opts.services.saturating_sub(1) {
+            ips.push(format!("198.51.100.{}", 100 + i));
+        }
+        for (i, ip) in ips.iter().enumerate() {
+            self.create_service(&format!("svc-{i}"), ip, 1 + i % self.nodes)
+                .await?;
+        }
+        for n in 1..=self.nodes {
+            self.start_speaker(n)?;
+        }
+        let started = Instant::now();
+        let first = self.owner(PROBE, Duration::from_secs(120)).await?;
+        eprintln!(
+            "bench-l2: {PROBE} answered by node-{first} {:.1} s after the speakers started",
+            started.elapsed().as_secs_f64()
+        );
+        // Let the membership settle (MetalLB's memberlist joins in its own time).
+        tokio::time::sleep(Duration::from_secs(10)).await;
+
+        // Datagrams per second per node, quiet.
+        let before: Vec<u64> = (1..=self.nodes)
+            .map(|n| self.udp_out(n))
+            .collect::<Result<_>>()?;
+        let window = Duration::from_secs(20);
+        tokio::time::sleep(window).await;
+        let rates: Vec<f64> = (1..=self.nodes)
+            .map(|n| Ok((self.udp_out(n)? - before[n - 1]) as f64 / window.as_secs_f64()))
+            .collect::<Result<_>>()?;
+        let mean = rates.iter().sum::<f64>() / rates.len() as f64;
+        let max = rates.iter().copied().fold(0.0, f64::max);
+        eprintln!("bench-l2: UDP datagrams per node per second: mean {mean:.1}, max {max:.1}");
+        figures.insert(
+            "udp_per_node_per_s".into(),
+            json!({"mean": (mean * 10.0).round() / 10.0, "max": (max * 10.0).round() / 10.0}),
+        );
+
+        for &fault in &opts.fault_kinds {
+            let mut times = Vec::new();
+            let mut failures = Vec::new();
+            for round in 0..opts.faults {
+                match self.one_fault(fault).await {
+                    Ok(t) => {
+                        eprintln!(
+                            "bench-l2: {} {} speakers {} #{round}: {:.1} ms",
+                            self.kind.name(),
+                            self.nodes,
+                            fault.name(),
+                            t.as_secs_f64() * 1e3
+                        );
+                        times.push(t);
+                    }
+                    Err(e) => {
+                        eprintln!("bench-l2: {} #{round} failed: {e:#}", fault.name());
+                        failures.push(format!("{e:#}"));
+                        if failures.len() > 3 {
+                            bail!("{} failed 4 times: {failures:?}", fault.name());
+                        }
+                    }
+                }
+            }
+            let mut s = stats(&times);
+            s["failed"] = json!(failures.len());
+            eprintln!("bench-l2: {} {}: {s}", self.kind.name(), fault.name());
+            figures.insert(fault.name().into(), s);
+        }
+        if soak > 0 {
+            figures.insert("soak".into(), self.soak(&ips, soak).await?);
+        }
+        Ok(Value::Object(figures))
+    }
+
+    /// One fault of the probe's owner; returns the time from the fault to the client's
+    /// neighbour event with another node's MAC. Undoes the fault and waits for the
+    /// owner to answer again.
+    async fn one_fault(&mut self, fault: Fault) -> Result<Duration> {
+        let owner = self.owner(PROBE, Duration::from_secs(60)).await?;
+        self.resolve(PROBE, owner).await?;
+        // The successor's heartbeat (ours) arms within about 1 s of a (re)start.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let owner_mac = self
+            .macs
+            .iter()
+            .find(|(_, v)| **v == owner)
+            .map(|(m, _)| m.clone())
+            .context("mac")?;
+        // `ip -ts monitor neigh` in the client: each line read is timed here.
+        let mut cmd = self.net.net.client().command("ip");
+        cmd.args(["-ts", "monitor", "neigh", "dev", &self.client_if])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut mon = cmd.spawn().context("ip monitor neigh")?;
+        let stdout = mon.stdout.take().context("stdout")?;
+        let (tx, rx) = mpsc::channel::<(Instant, String)>();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send((Instant::now(), line)).is_err() {
+                    break;
+                }
+            }
+        });
+        // `ip monitor` subscribes before it prints anything: give it a moment.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let at = Instant::now();
+        let mut cut = None;
+        match fault {
+            Fault::Kill => {
+                if let Some(c) = self.speakers[owner - 1].as_mut() {
+                    c.signal(Signal::KILL);
+                }
+            }
+            Fault::Term => {
+                if let Some(c) = self.speakers[owner - 1].as_mut() {
+                    c.signal(Signal::TERM);
+                }
+            }
+            Fault::Cut => cut = Some(self.net.net.cut_cable(&plan::node_name(owner))?),
+        }
+        let probe = format!("{PROBE} ");
+        let result = loop {
+            let left = FAILOVER_TIMEOUT.saturating_sub(at.elapsed());
+            match tokio::task::block_in_place(|| rx.recv_timeout(left)) {
+                Ok((t, line)) => {
+                    let l = line.to_ascii_lowercase();
+                    if l.contains(&probe)
+                        && let Some(mac) =
+                            l.split_whitespace().skip_while(|w| *w != "lladdr").nth(1)
+                        && mac != owner_mac
+                        && self.macs.contains_key(mac)
+                    {
+                        break Ok(t.duration_since(at));
+                    }
+                }
+                Err(_) => {
+                    break Err(anyhow::anyhow!(
+                        "no neighbour event moving {PROBE} off node-{owner} within {FAILOVER_TIMEOUT:?}; its log:\n{}",
+                        self.speaker_log(owner)
+                    ));
+                }
+            }
+        };
+        let _ = mon.kill();
+        let _ = mon.wait();
+        let _ = reader.join();
+        // Undo: a new process (and the cable back).
+        if let Some(c) = cut {
+            c.restore()?;
+        }
+        if let Some(mut c) = self.speakers[owner - 1].take() {
+            let _ =
+                tokio::task::block_in_place(|| c.stop_with(Signal::KILL, Duration::from_secs(10)));
+        }
+        self.start_speaker(owner)?;
+        // The old owner answers again (the hash order): the next round's starting point.
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let o = tokio::task::block_in_place(|| self.arp_owners(PROBE))?;
+            if o == [owner] {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("node-{owner} did not take {PROBE} back within 90 s (answers {o:?})");
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        result
+    }
+
+    /// `secs` under CPU load with every speaker running: takeovers and owner changes of
+    /// every address (ours only: the counters are ours).
+    async fn soak(&mut self, ips: &[String], secs: u64) -> Result<Value> {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let mut busy = Vec::new();
+        for _ in 0..2 * cores {
+            busy.push(
+                std::process::Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .spawn()?,
+            );
+        }
+        let r = self.soak_inner(ips, secs).await;
+        for mut b in busy {
+            let _ = b.kill();
+            let _ = b.wait();
+        }
+        r
+    }
+
+    async fn soak_inner(&mut self, ips: &[String], secs: u64) -> Result<Value> {
+        let owners = |b: &Self| -> Result<BTreeMap<String, Vec<usize>>> {
+            ips.iter()
+                .map(|ip| Ok((ip.clone(), b.arp_owners(ip)?)))
+                .collect()
+        };
+        let counters = |b: &Self| -> Result<(f64, f64)> {
+            let (mut down, mut faults) = (0.0, 0.0);
+            for n in 1..=b.nodes {
+                let body = e2e::speakers::http_get_in_blocking(
+                    b.net.net.node(n).name(),
+                    7472,
+                    "/metrics",
+                )?;
+                down +=
+                    e2e::speakers::metric_value(&body, "metallb_rs_membership_owner_down_total")
+                        .unwrap_or(0.0);
+                faults +=
+                    e2e::speakers::metric_value(&body, "metallb_rs_membership_path_faults_total")
+                        .unwrap_or(0.0);
+            }
+            Ok((down, faults))
+        };
+        let start_owners = tokio::task::block_in_place(|| owners(self))?;
+        let (down0, faults0) = tokio::task::block_in_place(|| counters(self))?;
+        let started = Instant::now();
+        let mut changes = 0usize;
+        let mut last = start_owners.clone();
+        let mut checks = 0usize;
+        while started.elapsed() < Duration::from_secs(secs) {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            let now = tokio::task::block_in_place(|| owners(self))?;
+            checks += 1;
+            for (ip, o) in &now {
+                if last.get(ip) != Some(o) {
+                    changes += 1;
+                    eprintln!(
+                        "bench-l2: soak: {ip} answered by {:?}, was {:?}",
+                        o,
+                        last.get(ip)
+                    );
+                }
+            }
+            last = now;
+        }
+        let (down1, faults1) = tokio::task::block_in_place(|| counters(self))?;
+        let doubled = last.values().filter(|o| o.len() > 1).count();
+        let v = json!({
+            "seconds": secs,
+            "owner_checks": checks,
+            "owner_changes": changes,
+            "takeovers": down1 - down0,
+            "path_faults": faults1 - faults0,
+            "addresses_answered_twice_at_end": doubled,
+        });
+        eprintln!("bench-l2: soak: {v}");
+        Ok(v)
+    }
+}
