@@ -37,6 +37,7 @@ pub mod alloc;
 pub mod driver;
 pub mod edge;
 pub mod leader;
+pub mod memberlist;
 pub mod metrics;
 pub mod pool_reconciler;
 pub mod service;

@@ -52,10 +52,11 @@ struct Args {
     /// The namespace of the configuration (default: the ServiceAccount's namespace).
     #[arg(long, env = "METALLB_NAMESPACE", default_value = "")]
     namespace: String,
-    /// Memberlist secret to create (no effect yet).
+    /// The speakers' membership key: this Secret is created (16 random bytes under
+    /// `secretkey`) when it does not exist.
     #[arg(long, env = "METALLB_ML_SECRET_NAME", default_value = "")]
     ml_secret_name: String,
-    /// The controller's Deployment (no effect yet).
+    /// The controller's Deployment: the owner of the memberlist Secret.
     #[arg(long, env = "METALLB_DEPLOYMENT", default_value = "")]
     deployment: String,
     #[command(flatten)]
@@ -144,8 +145,6 @@ struct Args {
 /// Flags accepted for compatibility that do nothing yet: one warning each
 /// when given.
 const NO_EFFECT_YET: &[&str] = &[
-    "ml_secret_name",
-    "deployment",
     "pprof_bind_address",
     "webhook_http2",
     "tls_cipher_suites",
@@ -292,6 +291,14 @@ async fn run(args: Args) -> Result<()> {
     let client = Client::try_default()
         .await
         .context("building a Kubernetes client (in-cluster or KUBECONFIG)")?;
+    if !args.ml_secret_name.is_empty() {
+        tokio::spawn(controller::memberlist::ensure_with_retries(
+            client.clone(),
+            ns.clone(),
+            args.ml_secret_name.clone(),
+            args.deployment.clone(),
+        ));
+    }
     tracing::info!(
         namespace = ns,
         lb_class = args.lb_class,

@@ -13,17 +13,6 @@ const WEBHOOK: &str = "the webhook speaks HTTP/1.1 only (MetalLB's default; the 
 const ALLOWED: &[Allowed] = &[
     Allowed {
         command: "controller",
-        flag: "--ml-secret-name",
-        reason: "MetalLB's controller creates the speakers' memberlist Secret; metallb-rs has no \
-                 memberlist (the speaker does not exist yet) and creates no Secret",
-    },
-    Allowed {
-        command: "controller",
-        flag: "--deployment",
-        reason: "MetalLB uses it only as the owner of the memberlist Secret, which is not created",
-    },
-    Allowed {
-        command: "controller",
         flag: "--pprof-bind-address",
         reason: "Go's pprof profiler: a Rust binary has none (no effect, for good)",
     },

@@ -265,6 +265,20 @@ const USED: &[(&str, &str, &str, &str, &str)] = &[
     (
         "",
         "secrets",
+        "memberlist",
+        "get",
+        "memberlist.rs ensure: get_opt (the create is the webhook's grant above)",
+    ),
+    (
+        "apps",
+        "deployments",
+        "controller",
+        "get",
+        "memberlist.rs ensure: the owner's uid",
+    ),
+    (
+        "",
+        "secrets",
         "metallb-webhook-cert",
         "update",
         "webhook/rotator.rs pass: replace (rotation)",

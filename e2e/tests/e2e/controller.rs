@@ -167,3 +167,83 @@ async fn controller_reports_its_configuration_state_and_writes_nothing_when_idle
     );
     result
 }
+
+/// `--ml-secret-name` / `--deployment` (as deployed): the controller creates the
+/// speakers' membership key when it is missing (22 base64 characters under `secretkey`,
+/// owned by its Deployment), with the deployed RBAC, and never changes an existing one.
+#[tokio::test]
+async fn controller_creates_the_memberlist_secret_once() -> Result<()> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Secret;
+    let lab = Lab::connect().await?;
+    let setup = lab.controller_setup("ml-secret").await?;
+    let ns = setup.namespace().to_owned();
+    // The Deployment object only (the lab runs no Deployment controller).
+    let d: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "controller"},
+        "spec": {"selector": {"matchLabels": {"app": "c"}},
+                 "template": {"metadata": {"labels": {"app": "c"}},
+                              "spec": {"containers": [{"name": "c", "image": "e2e.invalid/c"}]}}},
+    }))?;
+    let d = Api::<Deployment>::namespaced(lab.client.clone(), &ns)
+        .create(&kube::api::PostParams::default(), &d)
+        .await?;
+    let secrets = Api::<Secret>::namespaced(lab.client.clone(), &ns);
+    let args = [
+        "--ml-secret-name",
+        "memberlist",
+        "--deployment",
+        "controller",
+    ];
+    let run = setup.start("controller", &args).await?;
+    let result = async {
+        let s = wait_until("the memberlist Secret", Duration::from_secs(20), || async {
+            secrets
+                .get_opt("memberlist")
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "absent".to_string())
+        })
+        .await?;
+        let key = s
+            .data
+            .as_ref()
+            .and_then(|d| d.get("secretkey"))
+            .map(|v| v.0.clone())
+            .unwrap_or_default();
+        ensure!(
+            key.len() == 22
+                && key
+                    .iter()
+                    .all(|c| c.is_ascii_alphanumeric() || *c == b'+' || *c == b'/'),
+            "secretkey is {} bytes of base64 without padding? {:?}",
+            key.len(),
+            String::from_utf8_lossy(&key).len()
+        );
+        let owners = s.metadata.owner_references.clone().unwrap_or_default();
+        ensure!(
+            owners.len() == 1
+                && owners[0].kind == "Deployment"
+                && owners[0].name == "controller"
+                && Some(&owners[0].uid) == d.metadata.uid.as_ref(),
+            "owner references {owners:?}"
+        );
+        anyhow::Ok((key, s.metadata.resource_version.clone()))
+    }
+    .await;
+    let mut process = run.process;
+    process.terminate(Duration::from_secs(10)).await?;
+    let (key, rv) = result?;
+    // A second start keeps the Secret as it is.
+    let run = setup.start("controller", &args).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut process = run.process;
+    process.terminate(Duration::from_secs(10)).await?;
+    let s = secrets.get("memberlist").await?;
+    ensure!(
+        s.metadata.resource_version == rv
+            && s.data.and_then(|d| d.get("secretkey").map(|v| v.0.clone())) == Some(key),
+        "the existing Secret was changed by a second controller start"
+    );
+    setup.delete().await
+}
