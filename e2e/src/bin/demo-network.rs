@@ -25,8 +25,8 @@ use testkit::{FrrConfig, LabOptions, NsChild, plan};
 const USAGE: &str = "\
 usage: demo-network --ip ADDR [--settle SECONDS] [--run-speaker --kubeconfig PATH
                     --speaker-bin PATH [--namespace NS] [--kubectl PATH]
-                    [--metallbctl PATH]]
-                    [--expect-speaker] [--expect-l2]
+                    [--metallbctl PATH] [--ml-labels LABELS [--ml-key-dir DIR]]]
+                    [--expect-speaker] [--expect-l2] [--expect-failover]
 
 The network half of lab/demo, in the test kit's network namespaces (needs root and the
 kit's tools: scripts/setup --demo installs them):
@@ -51,6 +51,14 @@ kit's tools: scripts/setup --demo installs them):
                      shown, not checked)
   --expect-l2        also check that ADDR resolves on the client (a node answers ARP;
                      the L2 mode)
+  --ml-labels LABELS with --run-speaker: membership among the speakers (each with
+                     --ml-bindaddr <its node's address> --ml-labels LABELS: the speaker
+                     Pods with those labels must exist with their node's address as
+                     status.podIP)
+  --ml-key-dir DIR   with --ml-labels: --ml-secret-key-path DIR (DIR/secretkey)
+  --expect-failover  with --ml-labels: kill (SIGKILL) the speaker that answers ADDR and
+                     check that another node answers it within 2 s, the client's
+                     neighbour entry moved by its gratuitous ARP
 Exit status: 0 every check held, 1 a check failed or the network could not be set up.";
 
 /// One check of what the demo shows. `promised` checks decide the exit status; the others
@@ -117,6 +125,9 @@ fn run() -> Result<bool> {
     let mut kubectl: Option<String> = None;
     let mut metallbctl: Option<String> = None;
     let mut namespace = "metallb-system".to_string();
+    let mut ml_labels: Option<String> = None;
+    let mut ml_key_dir: Option<String> = None;
+    let mut expect_failover = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -132,6 +143,9 @@ fn run() -> Result<bool> {
             "--kubectl" => kubectl = Some(args.next().context("--kubectl needs a path")?),
             "--metallbctl" => metallbctl = Some(args.next().context("--metallbctl needs a path")?),
             "--namespace" => namespace = args.next().context("--namespace needs a name")?,
+            "--ml-labels" => ml_labels = Some(args.next().context("--ml-labels needs labels")?),
+            "--ml-key-dir" => ml_key_dir = Some(args.next().context("--ml-key-dir needs a path")?),
+            "--expect-failover" => expect_failover = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(true);
@@ -187,11 +201,22 @@ fn run() -> Result<bool> {
                 &SPEAKER_HEALTH_PORT.to_string(),
                 "--port",
                 "0",
-            ])
-            .env("KUBECONFIG", kubeconfig)
-            .env("METALLB_NAMESPACE", &namespace)
-            .env("METALLB_NODE_NAME", &node)
-            .env("METALLB_HOST", plan::node_v4(n).to_string());
+            ]);
+            if let Some(labels) = &ml_labels {
+                cmd.args([
+                    "--ml-bindaddr",
+                    &plan::node_v4(n).to_string(),
+                    "--ml-labels",
+                    labels,
+                ]);
+                if let Some(dir) = &ml_key_dir {
+                    cmd.args(["--ml-secret-key-path", dir]);
+                }
+            }
+            cmd.env("KUBECONFIG", kubeconfig)
+                .env("METALLB_NAMESPACE", &namespace)
+                .env("METALLB_NODE_NAME", &node)
+                .env("METALLB_HOST", plan::node_v4(n).to_string());
             println!(
                 "$ ip netns exec {} speaker --node-name {node} ...   (log {})",
                 ns.name(),
@@ -403,6 +428,17 @@ fn run() -> Result<bool> {
             print!("{}", String::from_utf8_lossy(&out.stdout));
             eprint!("{}", String::from_utf8_lossy(&out.stderr));
         }
+        if ml_labels.is_some() {
+            failover(
+                &lab,
+                &mut speakers,
+                ip,
+                expect_failover,
+                kubectl.as_deref(),
+                &namespace,
+                &mut checks,
+            )?;
+        }
         println!("\nstopping the speakers (SIGTERM: each sends the router a Cease)");
     }
     for sp in speakers.drain(..) {
@@ -431,6 +467,98 @@ fn run() -> Result<bool> {
         }
         Ok(false)
     }
+}
+
+/// Kills the speaker answering `ip` and times the move of the client's neighbour entry
+/// to another node (its gratuitous ARP).
+fn failover(
+    lab: &testkit::Lab,
+    speakers: &mut [NsChild],
+    ip: Ipv4Addr,
+    promised: bool,
+    kubectl: Option<&str>,
+    namespace: &str,
+    checks: &mut Checks,
+) -> Result<()> {
+    let client = lab.client();
+    let mut macs = std::collections::BTreeMap::new();
+    for n in 1..=lab.nodes() {
+        let node = plan::node_name(n);
+        macs.insert(
+            lab.node(n).mac(lab.l2_iface(&node))?.to_ascii_lowercase(),
+            n,
+        );
+    }
+    let entry = |client: &testkit::Netns| -> Option<String> {
+        client
+            .neighbors()
+            .ok()?
+            .into_iter()
+            .find(|n| n.dst == IpAddr::V4(ip))
+            .and_then(|n| n.lladdr)
+            .map(|l| l.to_ascii_lowercase())
+    };
+    let Some(owner) = entry(client).and_then(|m| macs.get(&m).copied()) else {
+        checks.add(
+            promised,
+            format!("failover: a node answers {ip} before the fault"),
+            false,
+            "the client's neighbour entry names no node".to_string(),
+        );
+        return Ok(());
+    };
+    println!(
+        "\nfailover: node-{owner} answers {ip}; killing its speaker (SIGKILL: a crash, nothing is said to the others)"
+    );
+    let at = std::time::Instant::now();
+    speakers[owner - 1].signal(testkit::process::Signal::KILL);
+    let moved = loop {
+        if let Some(n) = entry(client).and_then(|m| macs.get(&m).copied())
+            && n != owner
+        {
+            break Some((n, at.elapsed()));
+        }
+        if at.elapsed() > Duration::from_secs(5) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    match moved {
+        Some((n, took)) => println!(
+            "failover: the client's neighbour entry for {ip} moved to node-{n}'s MAC {:.0} ms after the kill (its gratuitous ARP; the client asked nothing)",
+            took.as_secs_f64() * 1e3
+        ),
+        None => println!("failover: the client's neighbour entry did not move within 5 s"),
+    }
+    println!("$ ip neigh show {ip}   (in the client's namespace)");
+    println!(
+        "{}",
+        client.ip(&["neigh", "show", &ip.to_string()])?.trim_end()
+    );
+    checks.add(
+        promised,
+        format!("failover: another node answers {ip} within 2 s of the owner's crash"),
+        moved.is_some_and(|(_, t)| t < Duration::from_secs(2)),
+        match moved {
+            Some((n, t)) => format!(
+                "node-{owner} -> node-{n} in {:.0} ms",
+                t.as_secs_f64() * 1e3
+            ),
+            None => "no move within 5 s".to_string(),
+        },
+    );
+    if let Some(kubectl) = kubectl {
+        // The new owner's status write goes through the API server after the takeover.
+        std::thread::sleep(Duration::from_secs(1));
+        println!("\n$ kubectl get servicel2statuses -n {namespace}   (after the failover)");
+        let out = std::process::Command::new(kubectl)
+            .args(["get", "servicel2statuses", "-n", namespace, "-o", "wide"])
+            .output()
+            .with_context(|| format!("running {kubectl}"))?;
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+        eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
 }
 
 /// The speakers' probe port, inside each node namespace.
