@@ -35,6 +35,7 @@ use anyhow::{Context, Result, bail, ensure};
 use e2e::{Lab, NodeNetwork};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -60,6 +61,9 @@ speaker with memberlist as the anchor in the same run:
   --metallb-bin  directory of MetalLB's (default: lab/build-metallb bindir)
   --out FILE     also write the figures as JSON";
 
+/// An extra ServiceCIDR for the run's Services (bench-bgp's range, another name).
+const SERVICE_CIDR: &str = "bench-l2";
+const SERVICE_CIDR_RANGE: &str = "198.18.144.0/20";
 /// The address whose owner is faulted.
 const PROBE: &str = "198.51.100.90";
 /// The labels of the speaker Pods (MetalLB's manifests'), `--ml-labels`.
@@ -206,6 +210,27 @@ fn main() {
 async fn run() -> Result<()> {
     let lab = Lab::connect().await?;
     let opts = parse_opts(lab.repo())?;
+    // The lab's cluster IPs (203.0.113.128/25) hold 126 Services: an extra ServiceCIDR
+    // from the benchmark range for the run's Services (API objects only: nothing routes
+    // cluster IPs in the lab). Removed at the end.
+    let cidrs = Api::<ServiceCIDR>::all(lab.client.clone());
+    if cidrs.get_opt(SERVICE_CIDR).await?.is_none() {
+        cidrs
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": SERVICE_CIDR},
+                    "spec": {"cidrs": [SERVICE_CIDR_RANGE]},
+                }))?,
+            )
+            .await?;
+    }
+    let result = run_all(&lab, &opts).await;
+    let _ = cidrs.delete(SERVICE_CIDR, &DeleteParams::default()).await;
+    result
+}
+
+async fn run_all(lab: &Lab, opts: &Opts) -> Result<()> {
     let mut all = serde_json::Map::new();
     let biggest = opts.speakers.iter().copied().max().unwrap_or(3);
     for &n in &opts.speakers {
@@ -221,7 +246,7 @@ async fn run() -> Result<()> {
             } else {
                 0
             };
-            let figures = bench(&lab, kind, n, &bin, &opts, soak).await?;
+            let figures = bench(lab, kind, n, &bin, opts, soak).await?;
             println!(
                 "FIGURES {} {n} {}",
                 kind.name(),
@@ -331,6 +356,16 @@ async fn bench(
     }
     for ns in [&svc_ns, &cfg_ns] {
         let _ = nsapi.delete(ns, &DeleteParams::default()).await;
+    }
+    // Their Services hold cluster IPs until the namespaces are gone.
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while Instant::now() < deadline {
+        let left =
+            nsapi.get_opt(&svc_ns).await?.is_some() || nsapi.get_opt(&cfg_ns).await?.is_some();
+        if !left {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let Bench { net, .. } = b;
     tokio::task::block_in_place(move || drop(net));
