@@ -84,3 +84,21 @@ are not checked: they mean nothing here.
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+A webhook's clientConfig: the Service metallb-webhook-service, or, with
+controller.webhookURL (metallb-rs only), that base URL and the path (a controller outside
+the cluster, e.g. the lab's, which has no kube-proxy to reach a Service).
+*/}}
+{{- define "metallb.webhookClientConfig" -}}
+{{- $root := index . 0 }}
+{{- $path := index . 1 }}
+{{- with $root.Values.controller.webhookURL }}
+url: {{ printf "%s%s" (trimSuffix "/" .) $path | quote }}
+{{- else }}
+service:
+  name: metallb-webhook-service
+  namespace: {{ $root.Release.Namespace | quote }}
+  path: {{ $path }}
+{{- end }}
+{{- end }}
