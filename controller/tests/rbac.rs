@@ -265,14 +265,14 @@ const USED: &[(&str, &str, &str, &str, &str)] = &[
     (
         "",
         "secrets",
-        "memberlist",
+        "metallb-rs-memberlist",
         "get",
         "memberlist.rs ensure: get_opt (the create is the webhook's grant above)",
     ),
     (
         "apps",
         "deployments",
-        "controller",
+        "metallb-rs-controller",
         "get",
         "memberlist.rs ensure: the owner's uid",
     ),

@@ -180,7 +180,7 @@ async fn controller_creates_the_memberlist_secret_once() -> Result<()> {
     let ns = setup.namespace().to_owned();
     // The Deployment object only (the lab runs no Deployment controller).
     let d: Deployment = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "controller"},
+        "metadata": {"name": "metallb-rs-controller"},
         "spec": {"selector": {"matchLabels": {"app": "c"}},
                  "template": {"metadata": {"labels": {"app": "c"}},
                               "spec": {"containers": [{"name": "c", "image": "e2e.invalid/c"}]}}},
@@ -189,17 +189,18 @@ async fn controller_creates_the_memberlist_secret_once() -> Result<()> {
         .create(&kube::api::PostParams::default(), &d)
         .await?;
     let secrets = Api::<Secret>::namespaced(lab.client.clone(), &ns);
+    // The names deploy/ uses (its RBAC names them).
     let args = [
         "--ml-secret-name",
-        "memberlist",
+        "metallb-rs-memberlist",
         "--deployment",
-        "controller",
+        "metallb-rs-controller",
     ];
     let run = setup.start("controller", &args).await?;
     let result = async {
         let s = wait_until("the memberlist Secret", Duration::from_secs(20), || async {
             secrets
-                .get_opt("memberlist")
+                .get_opt("metallb-rs-memberlist")
                 .await
                 .map_err(|e| e.to_string())?
                 .ok_or_else(|| "absent".to_string())
@@ -224,7 +225,7 @@ async fn controller_creates_the_memberlist_secret_once() -> Result<()> {
         ensure!(
             owners.len() == 1
                 && owners[0].kind == "Deployment"
-                && owners[0].name == "controller"
+                && owners[0].name == "metallb-rs-controller"
                 && Some(&owners[0].uid) == d.metadata.uid.as_ref(),
             "owner references {owners:?}"
         );
@@ -239,7 +240,7 @@ async fn controller_creates_the_memberlist_secret_once() -> Result<()> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut process = run.process;
     process.terminate(Duration::from_secs(10)).await?;
-    let s = secrets.get("memberlist").await?;
+    let s = secrets.get("metallb-rs-memberlist").await?;
     ensure!(
         s.metadata.resource_version == rv
             && s.data.and_then(|d| d.get("secretkey").map(|v| v.0.clone())) == Some(key),

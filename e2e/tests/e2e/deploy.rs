@@ -254,7 +254,7 @@ async fn deploy_objects_are_as_specified() -> Result<()> {
     );
 
     // The controller.
-    let d = find(&items, "Deployment", "controller")?;
+    let d = find(&items, "Deployment", "metallb-rs-controller")?;
     check(
         d["metadata"]["namespace"] == "metallb-system",
         "controller in metallb-system".into(),
@@ -277,7 +277,7 @@ async fn deploy_objects_are_as_specified() -> Result<()> {
     );
     let c = &pod["containers"][0];
     check(
-        c["image"] == "metallb-rs/controller:dev",
+        c["image"] == format!("metallb-rs/controller:{}", crate::chart::app_version()?),
         format!("controller image, got {}", c["image"]),
     );
     check(
@@ -328,7 +328,7 @@ async fn deploy_objects_are_as_specified() -> Result<()> {
     );
 
     // The speaker.
-    let ds = find(&items, "DaemonSet", "speaker")?;
+    let ds = find(&items, "DaemonSet", "metallb-rs-speaker")?;
     check(
         ds["metadata"]["namespace"] == "metallb-system",
         "speaker in metallb-system".into(),
@@ -354,7 +354,7 @@ async fn deploy_objects_are_as_specified() -> Result<()> {
     check(tolerates_cp, "speaker tolerates control-plane nodes".into());
     let c = &pod["containers"][0];
     check(
-        c["image"] == "metallb-rs/speaker:dev",
+        c["image"] == format!("metallb-rs/speaker:{}", crate::chart::app_version()?),
         format!("speaker image, got {}", c["image"]),
     );
     check(

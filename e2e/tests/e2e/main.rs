@@ -4,6 +4,7 @@
 
 mod allocation;
 mod audit;
+mod chart;
 mod controller;
 mod crds;
 mod deploy;

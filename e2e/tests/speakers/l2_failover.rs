@@ -83,6 +83,16 @@ async fn resolve(sl: &SpeakerLab, ip: &str, mac: &str) -> Result<()> {
     .await
 }
 
+/// The source MACs (lower case) of the ARP packets in `text` (tcpdump -e) that claim
+/// `ip`: replies `<ip> is-at` and gratuitous requests `tell <ip>`.
+fn arp_claims(text: &str, ip: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.contains(&format!("{ip} is-at")) || l.contains(&format!("tell {ip},")))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .map(str::to_ascii_lowercase)
+        .collect()
+}
+
 /// Node `n`'s counter `name` (0 when absent).
 async fn counter(sl: &SpeakerLab, n: usize, name: &str) -> Result<f64> {
     let body = sl.speaker(n).metrics().await?;
@@ -147,6 +157,13 @@ async fn scenario(sl: &mut SpeakerLab) -> Result<()> {
         resolve(sl, &ip_s, &mac_of[&owner]).await?;
         // Let the heartbeat settle after the previous return.
         tokio::time::sleep(Duration::from_secs(2)).await;
+        // Every ARP packet the client receives (broadcast announcements and the answers
+        // to it; a cut node's packets never reach it, which is what a cut is).
+        let pcap = sl
+            .setup
+            .dir
+            .join(format!("failover-{}.pcap", fault.replace(' ', "-")));
+        let capture = sl.net.net.client().capture(&client_if, &pcap, &["arp"])?;
         let at = Instant::now();
         let cut = match fault {
             "SIGKILL" => {
@@ -169,6 +186,15 @@ async fn scenario(sl: &mut SpeakerLab) -> Result<()> {
         times.push((fault, took));
         // Exactly one node answers, and the status follows.
         one_answer(sl, &ip_s, &mac_of[NEXT])?;
+        // Since the fault, every ARP packet claiming the address (answers and
+        // gratuitous announcements) came from one MAC: the new owner's.
+        let path = capture.stop()?;
+        let claims = arp_claims(&testkit::capture::read_pcap(&path, &[])?, &ip_s);
+        ensure!(
+            claims.iter().all(|m| *m == mac_of[NEXT]) && !claims.is_empty(),
+            "ARP packets claiming {ip_s} on the segment after {fault}: from {claims:?}, want only {NEXT}'s {}",
+            mac_of[NEXT]
+        );
         if cut.is_none() {
             let now = wait_owner(sl, &ip_s, &macs, Some(&owner)).await?;
             ensure!(now == NEXT, "after {fault} the owner is {now}, want {NEXT}");

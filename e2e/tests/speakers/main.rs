@@ -10,6 +10,7 @@ mod bgp;
 mod harness;
 mod ipv6;
 mod l2;
+mod l2_cases;
 mod l2_failover;
 mod metrics;
 mod warnings;
