@@ -75,12 +75,23 @@ async fn scenario(sl: &mut SpeakerLab) -> Result<()> {
         json!({"addresses": ["198.51.100.200/29"]}),
     )
     .await?;
-    sl.apply("L2Advertisement", "l2", json!({"ipAddressPools": ["pool"]}))
-        .await?;
+    // Only the nodes labelled by this test: other Nodes of the lab (without a speaker)
+    // never win.
+    let key = sl.label_key();
+    for node in sl.node_names() {
+        sl.label_node(&node, &key, Some("yes")).await?;
+    }
+    let mine = json!([{"matchLabels": {key.as_str(): "yes"}}]);
+    sl.apply(
+        "L2Advertisement",
+        "l2",
+        json!({"ipAddressPools": ["pool"], "nodeSelectors": mine}),
+    )
+    .await?;
     sl.apply(
         "L2Advertisement",
         "l2-if",
-        json!({"ipAddressPools": ["ifpool"], "interfaces": ["no-such0"]}),
+        json!({"ipAddressPools": ["ifpool"], "interfaces": ["no-such0"], "nodeSelectors": mine}),
     )
     .await?;
     sl.wait_configuration_valid(WITHIN).await?;
