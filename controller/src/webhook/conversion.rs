@@ -13,8 +13,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// The path MetalLB serves conversion on (`internal/k8s/webhook.go`).
-pub const PATH: &str = "/convert";
+/// The path MetalLB serves conversion on (`internal/k8s/webhook.go`), which
+/// the BGPPeer CRD names.
+pub const PATH: &str = config::conversion::WEBHOOK_PATH;
 
 /// The review versions answered.
 pub const REVIEW_VERSIONS: [&str; 2] = ["apiextensions.k8s.io/v1", "apiextensions.k8s.io/v1beta1"];
@@ -32,9 +33,15 @@ pub struct ConversionReview {
     /// What the API server asks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<ConversionRequest>,
-    /// The answer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The answer (not read: the API server sends an empty one with
+    /// `convertedObjects: null` along with the request).
+    #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
     pub response: Option<ConversionResponse>,
+}
+
+/// `null` (Go's nil slice) as empty.
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Value>, D::Error> {
+    Ok(Option::<Vec<Value>>::deserialize(d)?.unwrap_or_default())
 }
 
 /// The request of a review.
@@ -47,7 +54,7 @@ pub struct ConversionRequest {
     #[serde(rename = "desiredAPIVersion")]
     pub desired_api_version: String,
     /// The objects (whole objects, metadata included).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub objects: Vec<Value>,
 }
 
@@ -230,6 +237,33 @@ mod tests {
             back["response"]["convertedObjects"],
             json!([peer_v1beta1("a")])
         );
+    }
+
+    #[test]
+    fn reads_the_review_as_the_api_server_sends_it() {
+        // kube-apiserver 1.37 sends an empty response along with the request,
+        // `convertedObjects: null` in it (seen in the lab).
+        let body = serde_json::to_vec(&json!({
+            "kind": "ConversionReview", "apiVersion": "apiextensions.k8s.io/v1beta1",
+            "request": {"uid": "u", "desiredAPIVersion": "metallb.io/v1beta2",
+                "objects": [peer_v1beta1("a")]},
+            "response": {"uid": "", "convertedObjects": null,
+                "result": {"metadata": {}, "status": ""}}
+        }))
+        .expect("json");
+        let out = answer(&body);
+        assert_eq!(out["response"]["result"]["status"], "Success");
+        assert_eq!(out["response"]["uid"], "u");
+        assert_eq!(
+            out["response"]["convertedObjects"][0]["apiVersion"],
+            "metallb.io/v1beta2"
+        );
+        let body = serde_json::to_vec(&json!({
+            "kind": "ConversionReview", "apiVersion": "apiextensions.k8s.io/v1",
+            "request": {"uid": "u", "desiredAPIVersion": "metallb.io/v1beta2", "objects": null}
+        }))
+        .expect("json");
+        assert_eq!(answer(&body)["response"]["convertedObjects"], json!([]));
     }
 
     #[test]

@@ -154,7 +154,10 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Full<By
                         }
                         json(r.body)
                     }
-                    Err(e) => text(StatusCode::BAD_REQUEST, format!("{e}\n")),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "unreadable conversion request");
+                        text(StatusCode::BAD_REQUEST, format!("{e}\n"))
+                    }
                 };
             }
         };
