@@ -25,6 +25,11 @@ use serde_json::Value;
 
 use crate::api::{GROUP, v1beta1, v1beta2};
 
+/// The path the controller serves conversion on (MetalLB's).
+pub const WEBHOOK_PATH: &str = "/convert";
+/// The Service in front of the controller's webhooks (MetalLB's).
+pub const WEBHOOK_SERVICE: &str = "metallb-webhook-service";
+
 /// The only kind converted.
 pub const KIND: &str = "BGPPeer";
 /// `metallb.io/v1beta1`.

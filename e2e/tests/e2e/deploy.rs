@@ -130,12 +130,15 @@ async fn deploy_passes_kubectl_apply_dry_run_server() -> Result<()> {
         warnings.join("\n")
     );
 
-    // And server-side apply, the way a GitOps tool would apply it.
+    // And server-side apply, the way a GitOps tool would apply it. Forcing conflicts: the
+    // lab installed the BGPPeer CRD with conversion strategy None (lab/cluster), which
+    // deploy/ sets to Webhook (a dry run: nothing changes).
     let ssa = lab
         .kubectl(
             &[
                 "apply",
                 "--server-side",
+                "--force-conflicts",
                 "--dry-run=server",
                 "--field-manager=metallb-rs-e2e",
                 "-k",
@@ -222,12 +225,14 @@ fn probe(container: &Value, which: &str) -> (String, i64) {
 #[tokio::test]
 async fn deploy_objects_are_as_specified() -> Result<()> {
     let lab = Lab::connect().await?;
-    // The objects as the server would store them (defaults applied).
+    // The objects as the server would store them (defaults applied; conflicts forced, see
+    // deploy_passes_kubectl_apply_dry_run_server).
     let out = lab
         .kubectl_ok(
             &[
                 "apply",
                 "--server-side",
+                "--force-conflicts",
                 "--dry-run=server",
                 "--field-manager=metallb-rs-e2e",
                 "-k",
