@@ -5,6 +5,7 @@
 mod allocation;
 mod audit;
 mod controller;
+mod conversion;
 mod crds;
 mod deploy;
 mod docs_fixtures;
