@@ -71,6 +71,9 @@ fn kustomization_lists_every_manifest() -> Result<()> {
 
 #[tokio::test]
 async fn deploy_passes_kubectl_apply_dry_run_server() -> Result<()> {
+    // Applies the BGPPeer CRD and the webhook configuration (dry run): not while another
+    // test has changed them.
+    let _exclusive = crate::harness::WEBHOOK_OBJECTS.write().await;
     let lab = Lab::connect().await?;
     // What the manifests hold (kind.group/name), as kubectl reads them.
     let want: BTreeSet<String> = lab
@@ -224,6 +227,8 @@ fn probe(container: &Value, which: &str) -> (String, i64) {
 
 #[tokio::test]
 async fn deploy_objects_are_as_specified() -> Result<()> {
+    // As deploy_passes_kubectl_apply_dry_run_server.
+    let _exclusive = crate::harness::WEBHOOK_OBJECTS.write().await;
     let lab = Lab::connect().await?;
     // The objects as the server would store them (defaults applied; conflicts forced, see
     // deploy_passes_kubectl_apply_dry_run_server).
