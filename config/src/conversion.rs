@@ -72,6 +72,9 @@ pub enum ConversionError {
         /// Where and why.
         reason: String,
     },
+    /// The converted object could not be written as JSON.
+    #[error("encoding the converted BGPPeer: {0}")]
+    Encode(String),
 }
 
 /// v1beta1 -> v1beta2 (MetalLB's `ConvertTo`).
@@ -186,11 +189,7 @@ fn safe_reason(e: &serde_path_to_error::Error<serde_json::Error>) -> String {
 }
 
 fn encode<T: serde::Serialize>(obj: &T) -> Result<Value, ConversionError> {
-    serde_json::to_value(obj).map_err(|e| ConversionError::Decode {
-        name: String::new(),
-        api_version: String::new(),
-        reason: format!("encoding the converted object: {e}"),
-    })
+    serde_json::to_value(obj).map_err(|e| ConversionError::Encode(e.to_string()))
 }
 
 /// Converts one object of a `ConversionReview` to `desired` (an apiVersion).
