@@ -5,6 +5,7 @@
 pub mod api;
 pub mod cidr;
 pub mod community;
+pub mod conversion;
 pub mod crd;
 pub mod gofmt;
 pub mod load;

@@ -60,50 +60,25 @@ impl std::fmt::Debug for Resources {
     }
 }
 
-/// Converts a deprecated v1beta1 BGPPeer to v1beta2.
+/// Converts a deprecated v1beta1 BGPPeer to v1beta2 for the parser: the
+/// conversion webhook's mapping ([`crate::conversion::bgp_peer_to_v1beta2`]),
+/// then v1beta1's meaning of zero values made explicit.
 ///
 /// Unlike MetalLB's conversion, a zero `holdTime`/`keepaliveTime` means
 /// "unset" (MetalLB materialises it as an explicit 0s, which disables
 /// keepalives), and `peerPort: 0` means 179.
 pub fn convert_bgp_peer(old: &v1beta1::BGPPeer) -> v1beta2::BGPPeer {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
-
-    let s = &old.spec;
-    let nonzero = |d: &Option<crate::api::Duration>| d.clone().filter(|d| d.as_nanos() != 0);
-    let node_selectors = s
-        .node_selectors
-        .iter()
-        .map(|ns| LabelSelector {
-            match_labels: (!ns.match_labels.is_empty()).then(|| ns.match_labels.clone()),
-            match_expressions: (!ns.match_expressions.is_empty()).then(|| {
-                ns.match_expressions
-                    .iter()
-                    .map(|e| LabelSelectorRequirement {
-                        key: e.key.clone(),
-                        operator: e.operator.clone(),
-                        values: (!e.values.is_empty()).then(|| e.values.clone()),
-                    })
-                    .collect()
-            }),
-        })
-        .collect();
-    v1beta2::BGPPeer {
-        metadata: old.metadata.clone(),
-        spec: v1beta2::BGPPeerSpec {
-            my_asn: s.my_asn,
-            peer_asn: s.asn,
-            address: s.address.clone(),
-            src_address: s.src_address.clone(),
-            port: if s.port == 0 { 179 } else { s.port },
-            hold_time: nonzero(&s.hold_time),
-            keepalive_time: nonzero(&s.keepalive_time),
-            router_id: s.router_id.clone(),
-            node_selectors,
-            password: s.password.clone(),
-            bfd_profile: s.bfd_profile.clone(),
-            ebgp_multi_hop: s.ebgp_multi_hop,
-            ..Default::default()
-        },
-        status: None,
+    let mut p = crate::conversion::bgp_peer_to_v1beta2(old);
+    let nonzero = |d: &mut Option<crate::api::Duration>| {
+        if d.as_ref().is_some_and(|d| d.as_nanos() == 0) {
+            *d = None;
+        }
+    };
+    nonzero(&mut p.spec.hold_time);
+    nonzero(&mut p.spec.keepalive_time);
+    if p.spec.port == 0 {
+        p.spec.port = 179;
     }
+    p.status = None;
+    p
 }

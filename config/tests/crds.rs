@@ -987,9 +987,20 @@ fn names_subresources_and_versions() {
             ("v1beta2", true, None, None),
         ]
     );
+    // MetalLB's conversion (config/crd/patches/crd-conversion-patch-bgppeers.yaml).
     assert_eq!(
-        peer.spec.conversion.as_ref().map(|c| c.strategy.as_str()),
-        Some("None")
+        serde_json::to_value(&peer.spec.conversion).expect("json"),
+        json!({
+            "strategy": "Webhook",
+            "webhook": {
+                "clientConfig": {"service": {
+                    "name": "metallb-webhook-service",
+                    "namespace": "metallb-system",
+                    "path": "/convert",
+                }},
+                "conversionReviewVersions": ["v1beta1", "v1beta2"],
+            },
+        })
     );
 }
 

@@ -13,12 +13,13 @@
 //! server); exits 0 on SIGTERM/SIGINT, releasing the Lease.
 //!
 //! With `--webhook-mode enabled` (the default) or `onlywebhook` (the webhook
-//! and no allocation), serves MetalLB's validating admission webhooks on
-//! `--webhook-port` (HTTPS, [`controller::webhook`]), validating against the
-//! cluster view; unless `--disable-cert-rotation`, keeps their certificate in
-//! the Secret `--webhook-secret` and the `caBundle` of
-//! `metallb-webhook-configuration` current, and serves a rotated certificate
-//! without a restart.
+//! and no allocation), serves MetalLB's validating admission webhooks and the
+//! BGPPeer conversion webhook (`/convert`) on `--webhook-port` (HTTPS,
+//! [`controller::webhook`]), validating against the cluster view; unless
+//! `--disable-cert-rotation`, keeps their certificate in the Secret
+//! `--webhook-secret` and the `caBundle` of `metallb-webhook-configuration`
+//! and of the BGPPeer CRD's conversion current, and serves a rotated
+//! certificate without a restart.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;

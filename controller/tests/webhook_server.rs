@@ -1,7 +1,9 @@
 //! The webhook server over real TLS on loopback: a review is answered on
 //! MetalLB's path, other paths and methods are refused, an oversized body is
 //! refused, a rotated certificate is served to the next connection without a
-//! restart, and nothing is validated before the view is ready.
+//! restart, and nothing is validated before the view is ready. BGPPeers are
+//! converted on `/convert` (with the same bounds), also before the view is
+//! ready: conversion needs no view.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -84,6 +86,18 @@ fn review(name: &str, cidr: &str) -> Vec<u8> {
     .expect("json")
 }
 
+fn conversion_review(desired: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+        "request": {"uid": "conv-1", "desiredAPIVersion": desired, "objects": [
+            {"apiVersion": "metallb.io/v1beta1", "kind": "BGPPeer",
+                "metadata": {"name": "p", "namespace": NS},
+                "spec": {"myASN": 64512, "peerASN": 64513, "peerAddress": "192.0.2.1",
+                    "nodeSelectors": [{"matchLabels": {"rack": "r1"}}]}}]}
+    }))
+    .expect("json")
+}
+
 #[tokio::test]
 async fn serves_reviews_over_tls_and_picks_up_a_rotated_certificate() {
     let first = bundle();
@@ -134,6 +148,40 @@ async fn serves_reviews_over_tls_and_picks_up_a_rotated_certificate() {
     .await
     .expect("request");
     assert_eq!(status, 500);
+    // Conversion needs no view: answered already.
+    let (status, body) = post(
+        addr,
+        &first.ca_cert,
+        "POST",
+        "/convert",
+        &conversion_review("metallb.io/v1beta2"),
+    )
+    .await
+    .expect("request");
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(v["apiVersion"], "apiextensions.k8s.io/v1");
+    assert_eq!(v["response"]["uid"], "conv-1");
+    assert_eq!(v["response"]["result"]["status"], "Success", "{body}");
+    let converted = &v["response"]["convertedObjects"][0];
+    assert_eq!(converted["apiVersion"], "metallb.io/v1beta2");
+    assert_eq!(converted["spec"]["peerASN"], 64513);
+    assert_eq!(
+        converted["spec"]["nodeSelectors"],
+        json!([{"matchLabels": {"rack": "r1"}}])
+    );
+    let (status, body) = post(
+        addr,
+        &first.ca_cert,
+        "POST",
+        "/convert",
+        &conversion_review("metallb.io/v9"),
+    )
+    .await
+    .expect("request");
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(v["response"]["result"]["status"], "Failure", "{body}");
     ready.store(true, Ordering::SeqCst);
 
     let (status, body) = post(
@@ -166,10 +214,28 @@ async fn serves_reviews_over_tls_and_picks_up_a_rotated_certificate() {
     assert_eq!(v["response"]["allowed"], true);
 
     // Other paths, methods, bodies.
-    let (status, _) = post(addr, &first.ca_cert, "POST", "/convert", b"{}")
+    let (status, _) = post(addr, &first.ca_cert, "POST", "/converts", b"{}")
         .await
         .expect("request");
     assert_eq!(status, 404);
+    let (status, _) = post(addr, &first.ca_cert, "POST", "/convert", b"{}")
+        .await
+        .expect("request");
+    assert_eq!(status, 400);
+    let (status, _) = post(addr, &first.ca_cert, "GET", "/convert", b"")
+        .await
+        .expect("request");
+    assert_eq!(status, 405);
+    let (status, _) = post(
+        addr,
+        &first.ca_cert,
+        "POST",
+        "/convert",
+        &vec![b' '; 100 << 10],
+    )
+    .await
+    .expect("request");
+    assert_eq!(status, 413);
     let (status, _) = post(addr, &first.ca_cert, "GET", path, b"")
         .await
         .expect("request");

@@ -23,8 +23,10 @@
 //! created in <ns> namespace`); a BGPPeer CREATE with `disableMP: true` is
 //! allowed with MetalLB's deprecation warning and nothing else checked;
 //! every other DELETE is allowed. The BGPPeer endpoint also takes v1beta1
-//! objects (converted with [`config::convert_bgp_peer`]): without the
-//! conversion webhook the API server hands them over as they were written.
+//! objects (converted with [`config::convert_bgp_peer`]): deploy/webhook.yaml
+//! matches v1beta2 only, as MetalLB (the API server converts v1beta1 objects
+//! with the CRD's conversion webhook first), but a configuration that matches
+//! v1beta1 too, or a CRD without conversion, hands them over as written.
 
 use std::sync::Arc;
 

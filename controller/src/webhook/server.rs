@@ -1,4 +1,5 @@
-//! The webhook's HTTPS server: MetalLB's paths, one review per request, each
+//! The webhook's HTTPS server: MetalLB's paths (the validating webhooks and
+//! the BGPPeer conversion on `/convert`), one review per request, each
 //! with a deadline and a body size limit, a bounded number of connections.
 //! Certificates come from a [`kube_metrics::ServerTls`] that the rotator
 //! swaps in place (or that re-reads `--cert-dir`), so a new certificate is
@@ -24,6 +25,7 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
 use super::admission::{Endpoint, review};
+use super::conversion;
 
 /// Bounds on what a client may cost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,7 +39,9 @@ pub struct Limits {
     /// Deadline for reading the body and deciding.
     pub request_timeout: Duration,
     /// Largest body read (an AdmissionReview carries at most two objects of
-    /// the API server's 1.5 MiB limit each).
+    /// the API server's 1.5 MiB limit each; a ConversionReview carries every
+    /// BGPPeer of a list read at the other version, a few thousand within
+    /// the default 4 MiB).
     pub max_body: usize,
     /// How long open connections may finish after the stop.
     pub shutdown_grace: Duration,
@@ -96,8 +100,31 @@ struct Shared {
     limits: Limits,
 }
 
+/// What a path serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    /// A validating webhook.
+    Admission(Endpoint),
+    /// The BGPPeer conversion webhook (needs no view of the configuration).
+    Convert,
+}
+
+fn route(path: &str) -> Option<Route> {
+    if path == conversion::PATH {
+        return Some(Route::Convert);
+    }
+    Endpoint::from_path(path).map(Route::Admission)
+}
+
+fn json(body: Vec<u8>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
 async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Full<Bytes>> {
-    let Some(endpoint) = Endpoint::from_path(req.uri().path()) else {
+    let Some(route) = route(req.uri().path()) else {
         return text(StatusCode::NOT_FOUND, "not found\n".into());
     };
     if req.method() != Method::POST {
@@ -117,6 +144,23 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Full<By
                 );
             }
         };
+        let endpoint = match route {
+            Route::Admission(e) => e,
+            Route::Convert => {
+                return match conversion::review(&body) {
+                    Ok(r) => {
+                        if let Some(reason) = &r.failure {
+                            tracing::warn!(%reason, "BGPPeer conversion refused");
+                        }
+                        json(r.body)
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "unreadable conversion request");
+                        text(StatusCode::BAD_REQUEST, format!("{e}\n"))
+                    }
+                };
+            }
+        };
         let Some(resources) = (shared.view)() else {
             return text(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -124,12 +168,7 @@ async fn handle(req: Request<Incoming>, shared: Arc<Shared>) -> Response<Full<By
             );
         };
         match review(endpoint, &body, &resources, &shared.namespace) {
-            Ok(out) => {
-                let mut r = Response::new(Full::new(Bytes::from(out)));
-                r.headers_mut()
-                    .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-                r
-            }
+            Ok(out) => json(out),
             Err(e) => text(StatusCode::BAD_REQUEST, format!("{e}\n")),
         }
     };
@@ -181,7 +220,7 @@ impl WebhookServer {
             namespace,
             limits,
         } = self;
-        tracing::info!(addr = ?listener.local_addr().ok(), "serving the admission webhooks");
+        tracing::info!(addr = ?listener.local_addr().ok(), "serving the admission and conversion webhooks");
         let acceptor = TlsAcceptor::from(tls.config());
         let shared = Arc::new(Shared {
             view,

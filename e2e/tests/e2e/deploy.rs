@@ -71,6 +71,9 @@ fn kustomization_lists_every_manifest() -> Result<()> {
 
 #[tokio::test]
 async fn deploy_passes_kubectl_apply_dry_run_server() -> Result<()> {
+    // Applies the BGPPeer CRD and the webhook configuration (dry run): not while another
+    // test has changed them.
+    let _exclusive = crate::harness::WEBHOOK_OBJECTS.write().await;
     let lab = Lab::connect().await?;
     // What the manifests hold (kind.group/name), as kubectl reads them.
     let want: BTreeSet<String> = lab
@@ -130,12 +133,15 @@ async fn deploy_passes_kubectl_apply_dry_run_server() -> Result<()> {
         warnings.join("\n")
     );
 
-    // And server-side apply, the way a GitOps tool would apply it.
+    // And server-side apply, the way a GitOps tool would apply it. Forcing conflicts: the
+    // lab installed the BGPPeer CRD with conversion strategy None (lab/cluster), which
+    // deploy/ sets to Webhook (a dry run: nothing changes).
     let ssa = lab
         .kubectl(
             &[
                 "apply",
                 "--server-side",
+                "--force-conflicts",
                 "--dry-run=server",
                 "--field-manager=metallb-rs-e2e",
                 "-k",
@@ -221,13 +227,17 @@ fn probe(container: &Value, which: &str) -> (String, i64) {
 
 #[tokio::test]
 async fn deploy_objects_are_as_specified() -> Result<()> {
+    // As deploy_passes_kubectl_apply_dry_run_server.
+    let _exclusive = crate::harness::WEBHOOK_OBJECTS.write().await;
     let lab = Lab::connect().await?;
-    // The objects as the server would store them (defaults applied).
+    // The objects as the server would store them (defaults applied; conflicts forced, see
+    // deploy_passes_kubectl_apply_dry_run_server).
     let out = lab
         .kubectl_ok(
             &[
                 "apply",
                 "--server-side",
+                "--force-conflicts",
                 "--dry-run=server",
                 "--field-manager=metallb-rs-e2e",
                 "-k",

@@ -16,6 +16,18 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams};
 
+/// The cluster-wide objects the webhook tests change, which the tests run in parallel
+/// share: the BGPPeer CRD's conversion (conversion.rs points it at its controller) and the
+/// ValidatingWebhookConfiguration `metallb-webhook-configuration` (webhook.rs creates it).
+///
+/// - write: conversion.rs (the CRD, and its controller's rotator would patch the
+///   configuration's `caBundle`); deploy.rs's dry runs of `deploy/` (against a live CRD or
+///   configuration a test changed, the merge has both a URL and a Service: refused);
+/// - read: webhook.rs (its rotator would patch the CRD's `caBundle`; its configuration
+///   stays in its namespace), crds.rs (reads BGPPeers at v1beta1).
+pub static WEBHOOK_OBJECTS: std::sync::LazyLock<tokio::sync::RwLock<()>> =
+    std::sync::LazyLock::new(|| tokio::sync::RwLock::new(()));
+
 fn slice_summary(slices: &[EndpointSlice]) -> Vec<(String, String, bool, bool, bool)> {
     let mut v: Vec<_> = slices
         .iter()

@@ -6,6 +6,7 @@ mod allocation;
 mod audit;
 mod chart;
 mod controller;
+mod conversion;
 mod crds;
 mod deploy;
 mod docs_fixtures;

@@ -102,6 +102,8 @@ async fn refused(lab: &Lab, yaml: &str, webhook: &str, message: &str) -> Result<
 
 #[tokio::test]
 async fn webhooks_refuse_bad_objects_at_apply_time() -> Result<()> {
+    // Its configuration and controller must not meet conversion.rs's or deploy.rs's.
+    let _shared = crate::harness::WEBHOOK_OBJECTS.read().await;
     let lab = Lab::connect().await?;
     let setup = lab.controller_setup("webhook").await?;
     let ns = setup.namespace().to_owned();
