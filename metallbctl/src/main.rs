@@ -8,6 +8,7 @@ mod bfd_probe;
 mod bgp_probe;
 mod explain;
 mod l2_announce;
+mod live;
 mod status;
 mod validate;
 
