@@ -12,10 +12,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use config::api::{v1beta1, v1beta2};
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Namespace, Node, Secret, Service};
+use k8s_openapi::api::core::v1::{Namespace, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, ListParams};
 use serde::Serialize;
@@ -90,7 +88,7 @@ pub async fn read(
     let client = client(timeout).await?;
     let all = ListParams::default();
     let c = || client.clone();
-    let mut r = config::Resources {
+    let r = config::Resources {
         pools: arcs(
             list(
                 Api::<v1beta1::IPAddressPool>::namespaced(c(), metallb_ns),
@@ -149,7 +147,7 @@ pub async fn read(
         namespaces: arcs(list(Api::<Namespace>::all(c()), "namespaces", &all, timeout).await?),
         ..config::Resources::default()
     };
-    r.secrets = password_placeholders(metallb_ns, &r.peers);
+    let r = config::overlap::with_placeholder_secrets(r, metallb_ns);
     let service = deadline(
         timeout,
         &format!("getting Service {ns}/{name}"),
@@ -207,68 +205,4 @@ pub async fn read(
 
 fn arcs<T>(v: Vec<T>) -> Vec<Arc<T>> {
     v.into_iter().map(Arc::new).collect()
-}
-
-/// A `kubernetes.io/basic-auth` Secret named like each BGPPeer's
-/// `passwordSecret`, with a value that is never used for anything but
-/// passing the parser's check (explain opens no session).
-fn password_placeholders(ns: &str, peers: &[Arc<v1beta2::BGPPeer>]) -> Vec<Arc<Secret>> {
-    let mut names: Vec<String> = peers
-        .iter()
-        .filter_map(|p| p.spec.password_secret.as_ref()?.name.clone())
-        .collect();
-    names.sort();
-    names.dedup();
-    names
-        .into_iter()
-        .map(|name| {
-            Arc::new(Secret {
-                metadata: ObjectMeta {
-                    name: Some(name),
-                    namespace: Some(ns.to_owned()),
-                    ..ObjectMeta::default()
-                },
-                type_: Some("kubernetes.io/basic-auth".into()),
-                data: Some(BTreeMap::from([(
-                    "password".to_owned(),
-                    ByteString(b"not-read".to_vec()),
-                )])),
-                ..Secret::default()
-            })
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use kube::ResourceExt;
-
-    #[test]
-    fn placeholders_are_one_basic_auth_secret_per_referenced_name() {
-        let peer = |secret: Option<&str>| {
-            let mut p = v1beta2::BGPPeer::new("p", v1beta2::BGPPeerSpec::default());
-            p.spec.password_secret = secret.map(|s| k8s_openapi::api::core::v1::SecretReference {
-                name: Some(s.into()),
-                namespace: None,
-            });
-            Arc::new(p)
-        };
-        let s = password_placeholders(
-            "metallb-system",
-            &[
-                peer(Some("b")),
-                peer(None),
-                peer(Some("a")),
-                peer(Some("b")),
-            ],
-        );
-        let names: Vec<_> = s.iter().map(|s| s.name_any()).collect();
-        assert_eq!(names, ["a", "b"]);
-        assert!(
-            s.iter()
-                .all(|s| s.type_.as_deref() == Some("kubernetes.io/basic-auth")
-                    && s.namespace().as_deref() == Some("metallb-system"))
-        );
-    }
 }
