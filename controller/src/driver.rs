@@ -2,7 +2,9 @@
 //! the Service queue, so nothing is shared and every decision is made on one
 //! consistent view.
 //!
-//! Inputs: configuration changes (pools, communities, namespaces), Service
+//! Inputs: configuration changes (pools, communities, namespaces; with
+//! [`OverlapInputs`], also peers, BFD profiles, advertisements and Nodes, for
+//! the `NotAnnounceable` warnings on Services), Service
 //! changes (keys, or a full pass after a re-list, coalesced by
 //! [`ServiceChanges`]), leadership ([`Leadership`]: a term and its end), and
 //! retry deadlines. Outputs: the `ConfigurationState` and `IPAddressPool`

@@ -81,7 +81,8 @@ enum Output {
     Json,
 }
 
-/// Runs `explain`: 0 when the Service is announced by some node, 1 when not.
+/// Runs `explain`: 0 when the Service is announced by some node (over BGP:
+/// to some peer), 1 when not.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let What::Service(args) = &args.what;
     let (ns, name) = args
@@ -152,13 +153,16 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         .l2
         .as_ref()
         .is_some_and(|l| l.nodes.iter().any(|n| n.announced));
-    Ok(ExitCode::from(
-        if l2_announced || explanation.bgp.iter().any(|n| n.announced) {
-            0
-        } else {
-            1
-        },
-    ))
+    // Announced over BGP means sent to some peer.
+    let bgp_announced = explanation
+        .bgp
+        .iter()
+        .any(|n| n.announced && !n.routes.is_empty());
+    Ok(ExitCode::from(if l2_announced || bgp_announced {
+        0
+    } else {
+        1
+    }))
 }
 
 type Objects = (

@@ -298,7 +298,15 @@ async fn bgp_advertisements_that_cannot_announce_are_explained_warned_and_cleare
         let (_, v) = explain_json(&sl, "web").await?;
         ensure!(code == Some(1), "exit {code:?}: {text}");
         ensure!(
-            bgp_reasons(&v).iter().all(|(_, r)| r == "notOwner"),
+            v["warnings"].to_string().contains(
+                "BGPAdvertisement adv: spec.nodeSelectors match none of the 3 Nodes: no node \
+                 announces pool(s) pool"
+            ),
+            "explain names the object and field: {}",
+            v["warnings"]
+        );
+        ensure!(
+            bgp_reasons(&v).iter().all(|(_, r)| r != "announced"),
             "{:?}",
             bgp_reasons(&v)
         );
@@ -331,10 +339,17 @@ async fn bgp_advertisements_that_cannot_announce_are_explained_warned_and_cleare
         println!("--- (b) explain, broken:\n{text}");
         ensure!(code == Some(1), "exit {code:?}: {text}");
         let (_, v) = explain_json(&sl, "web").await?;
-        let reasons = bgp_reasons(&v);
+        let nodes = v["bgp"].as_array().cloned().unwrap_or_default();
         ensure!(
-            reasons.iter().all(|(_, r)| r != "announced"),
-            "nothing is sent anywhere: {reasons:?}"
+            nodes
+                .iter()
+                .all(|n| n["routes"].as_array().is_some_and(Vec::is_empty)),
+            "nothing is sent anywhere: {nodes:?}"
+        );
+        ensure!(
+            text.contains("announced, but to no BGPPeer")
+                && v["warnings"].to_string().contains(want),
+            "{text}"
         );
 
         // Fixed: every node, every peer.
