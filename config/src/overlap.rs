@@ -12,9 +12,83 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::{Config, ObjectRef, Peer, Warning};
+use crate::{Config, ObjectRef, Peer, Resources, Warning};
+
+/// `resources` with, in place of its Secrets, one `kubernetes.io/basic-auth`
+/// Secret of namespace `ns` per BGPPeer `spec.passwordSecret` name, holding a
+/// value used for nothing: selectors can be judged without reading a
+/// password (what `metallbctl explain` and the controller's warnings do,
+/// neither of which may read Secrets). A bad Secret still shows in the
+/// speakers' ConfigurationState.
+pub fn with_placeholder_secrets(mut resources: Resources, ns: &str) -> Resources {
+    let names: BTreeSet<String> = resources
+        .peers
+        .iter()
+        .filter_map(|p| p.spec.password_secret.as_ref()?.name.clone())
+        .collect();
+    resources.secrets = names
+        .into_iter()
+        .map(|name| {
+            Arc::new(Secret {
+                metadata: ObjectMeta {
+                    name: Some(name),
+                    namespace: Some(ns.to_owned()),
+                    ..ObjectMeta::default()
+                },
+                type_: Some("kubernetes.io/basic-auth".into()),
+                data: Some(BTreeMap::from([(
+                    "password".to_owned(),
+                    ByteString(b"not-read".to_vec()),
+                )])),
+                ..Secret::default()
+            })
+        })
+        .collect();
+    resources
+}
+
+/// The `warnings` that leave a pool's addresses unannounced, by pool name,
+/// each as `Kind name: message`: a warning about the pool itself, or about
+/// an advertisement of the pool (a BGPPeer's own warning concerns its
+/// sessions, not a pool: when it leaves a pool unannounced, the
+/// advertisement's warning says so).
+pub fn by_pool(config: &Config, warnings: &[Warning]) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for w in warnings {
+        let pools: Vec<&String> = match w.object.kind.as_str() {
+            "IPAddressPool" => config
+                .pools
+                .keys()
+                .filter(|p| **p == w.object.name)
+                .collect(),
+            "L2Advertisement" => config
+                .l2_advertisements
+                .iter()
+                .filter(|a| a.name == w.object.name)
+                .flat_map(|a| &a.pools)
+                .collect(),
+            "BGPAdvertisement" => config
+                .bgp_advertisements
+                .iter()
+                .filter(|a| a.name == w.object.name)
+                .flat_map(|a| &a.pools)
+                .collect(),
+            _ => Vec::new(),
+        };
+        for p in pools {
+            let line = format!("{} {}: {}", w.object.kind, w.object.name, w.message);
+            let v = out.entry(p.clone()).or_default();
+            if !v.contains(&line) {
+                v.push(line);
+            }
+        }
+    }
+    out
+}
 
 /// Whether `peer`'s session runs on a node with `labels` (no selector: on
 /// every node).

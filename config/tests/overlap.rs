@@ -191,3 +191,65 @@ fn without_nodes_there_is_nothing_to_say() {
     let config = config::parse(&r).unwrap();
     assert!(selector_warnings(&config, &r.nodes).is_empty());
 }
+
+#[test]
+fn warnings_are_grouped_by_the_pools_they_leave_unannounced() {
+    let yaml = format!(
+        "{}{}{}{}{}{}",
+        pool("lonely"),
+        obj(
+            "IPAddressPool",
+            "v1beta1",
+            "edge",
+            "{addresses: [198.51.100.16/28]}"
+        ),
+        obj(
+            "IPAddressPool",
+            "v1beta1",
+            "fine",
+            "{addresses: [198.51.100.32/28]}"
+        ),
+        peer("spine", ", nodeSelectors: [{matchLabels: {role: nowhere}}]"),
+        obj(
+            "L2Advertisement",
+            "v1beta1",
+            "nowhere",
+            "{ipAddressPools: [edge], nodeSelectors: [{matchLabels: {role: nowhere}}]}"
+        ),
+        obj(
+            "L2Advertisement",
+            "v1beta1",
+            "everywhere",
+            "{ipAddressPools: [fine]}"
+        ),
+    );
+    let r = objs(&format!("{NODES}{yaml}"));
+    let config = config::parse(&r).unwrap_or_else(|e| panic!("{e}"));
+    let w = selector_warnings(&config, &r.nodes);
+    let by = config::overlap::by_pool(&config, &w);
+    assert_eq!(
+        by.keys().collect::<Vec<_>>(),
+        ["edge", "lonely"],
+        "a BGPPeer's warning is not a pool's; pool fine has none: {by:?}"
+    );
+    assert!(by["lonely"][0].starts_with("IPAddressPool lonely: no L2Advertisement"));
+    assert!(
+        by["edge"][0].starts_with("L2Advertisement nowhere: spec.nodeSelectors match none"),
+        "{by:?}"
+    );
+}
+
+#[test]
+fn placeholder_secrets_stand_in_for_referenced_password_secrets() {
+    let yaml = format!(
+        "{}{}",
+        pool("p"),
+        peer("spine", ", passwordSecret: {name: bgp-pass}")
+    );
+    let r = objs(&format!("{NODES}{yaml}"));
+    let e = config::parse(&r).expect_err("the Secret is missing");
+    assert!(e.to_string().contains("secret ref not found"), "{e}");
+    let r = config::overlap::with_placeholder_secrets(r, "metallb-system");
+    assert_eq!(r.secrets.len(), 1);
+    config::parse(&r).unwrap_or_else(|e| panic!("{e}"));
+}

@@ -2,7 +2,9 @@
 //! the Service queue, so nothing is shared and every decision is made on one
 //! consistent view.
 //!
-//! Inputs: configuration changes (pools, communities, namespaces), Service
+//! Inputs: configuration changes (pools, communities, namespaces; with
+//! [`OverlapInputs`], also peers, BFD profiles, advertisements and Nodes, for
+//! the `NotAnnounceable` warnings on Services), Service
 //! changes (keys, or a full pass after a re-list, coalesced by
 //! [`ServiceChanges`]), leadership ([`Leadership`]: a term and its end), and
 //! retry deadlines. Outputs: the `ConfigurationState` and `IPAddressPool`
@@ -26,14 +28,18 @@
 //! - the loop beats a [`Heartbeat`] at every turn and every Service, so
 //!   `/healthz` fails when it is wedged.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use config::api::v1beta1::{Community, ConfigurationState, IPAddressPool, IPAddressPoolStatus};
-use k8s_openapi::api::core::v1::{Namespace, Service as KubeService};
+use config::api::v1beta1::{
+    BFDProfile, BGPAdvertisement, Community, ConfigurationState, IPAddressPool,
+    IPAddressPoolStatus, L2Advertisement,
+};
+use config::api::v1beta2::BGPPeer;
+use k8s_openapi::api::core::v1::{Namespace, Node, Service as KubeService};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -114,11 +120,30 @@ pub struct Inputs<C> {
     pub communities: Store<Community>,
     pub namespaces: Store<Namespace>,
     pub services: Store<KubeService>,
-    /// Coalesced changes of the pools, communities and namespaces.
+    /// Coalesced changes of the pools, communities and namespaces (and of
+    /// `overlap`'s kinds when given).
     pub config_changed: cluster_view::Changes,
     pub service_changes: C,
     pub leader: watch::Receiver<Leadership>,
+    /// The rest of the configuration and the Nodes, to warn on the Services
+    /// whose pool no advertisement can announce (`None`: no such events).
+    pub overlap: Option<OverlapInputs>,
 }
+
+/// What the selector warnings (`config::overlap`) are computed from, with
+/// the pools, communities and namespaces.
+pub struct OverlapInputs {
+    pub peers: Store<BGPPeer>,
+    pub bfd_profiles: Store<BFDProfile>,
+    pub bgp_advertisements: Store<BGPAdvertisement>,
+    pub l2_advertisements: Store<L2Advertisement>,
+    pub nodes: Store<Node>,
+}
+
+/// The reason of the Warning event on a Service whose pool's addresses are
+/// not announced, or not to every peer meant, because selectors cannot
+/// overlap (`config::overlap::selector_warnings`).
+pub const REASON_NOT_ANNOUNCEABLE: &str = "NotAnnounceable";
 
 /// What the loop writes through.
 pub struct Outputs<A> {
@@ -165,7 +190,28 @@ pub struct Driver<C, A> {
     conflicts: HashMap<String, u32>,
     /// The last batch of events published per Service.
     published: HashMap<String, Vec<Event>>,
+    /// The selector warnings of the current configuration, by pool.
+    pool_warnings: BTreeMap<String, Vec<String>>,
+    /// The `NotAnnounceable` events published per Service (no entry: none
+    /// stands), so that each is published once per change.
+    warned: HashMap<String, Vec<Event>>,
     first_pass_done: bool,
+}
+
+/// The `NotAnnounceable` events of a Service whose address comes from
+/// `pool`, given the selector warnings by pool.
+pub fn not_announceable(pool: Option<&str>, by_pool: &BTreeMap<String, Vec<String>>) -> Vec<Event> {
+    let Some(pool) = pool else { return Vec::new() };
+    by_pool
+        .get(pool)
+        .into_iter()
+        .flatten()
+        .map(|w| Event {
+            warning: true,
+            reason: REASON_NOT_ANNOUNCEABLE,
+            message: format!("its address comes from IPAddressPool {pool}: {w}"),
+        })
+        .collect()
 }
 
 fn now() -> Instant {
@@ -188,6 +234,8 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
             retries: Retries::new(timing.backoff),
             conflicts: HashMap::new(),
             published: HashMap::new(),
+            pool_warnings: BTreeMap::new(),
+            warned: HashMap::new(),
             first_pass_done: false,
         }
     }
@@ -198,6 +246,13 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
         self.inp.communities.wait_until_ready().await?;
         self.inp.namespaces.wait_until_ready().await?;
         self.inp.services.wait_until_ready().await?;
+        if let Some(o) = &self.inp.overlap {
+            o.peers.wait_until_ready().await?;
+            o.bfd_profiles.wait_until_ready().await?;
+            o.bgp_advertisements.wait_until_ready().await?;
+            o.l2_advertisements.wait_until_ready().await?;
+            o.nodes.wait_until_ready().await?;
+        }
         self.out.heartbeat.beat();
         let leadership = *self.inp.leader.borrow_and_update();
         self.reconcile_config();
@@ -319,6 +374,7 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
         self.written.clear();
         self.conflicts.clear();
         self.published.clear();
+        self.warned.clear();
         self.full_pass = true;
     }
 
@@ -340,6 +396,7 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
         self.retries.clear();
         self.conflicts.clear();
         self.published.clear();
+        self.warned.clear();
         self.deferred_until = None;
     }
 
@@ -378,6 +435,7 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
             self.inp.communities.state(),
             self.inp.namespaces.state(),
         );
+        self.reconcile_warnings(&resources);
         let before = self.pools.last_valid().cloned();
         let result = match self.pools.reconcile(&resources) {
             Pass::Unchanged => None,
@@ -550,6 +608,7 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
             self.retries.succeeded(&key.to_owned());
             self.conflicts.remove(key);
             self.published.remove(key);
+            self.warned.remove(key);
             return Ok(());
         };
         for e in &outcome.events {
@@ -565,6 +624,7 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
             self.published
                 .insert(key.to_owned(), outcome.events.clone());
         }
+        self.warn_not_announceable(key, &svc).await?;
         if outcome.state != SyncState::ErrorNoRetry {
             self.out.metrics.update_ok();
         }
@@ -609,6 +669,55 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
             }
         }
         Ok(())
+    }
+
+    /// Publishes the `NotAnnounceable` events of the Service `key`: one per
+    /// selector warning of the pool its address comes from, once per change
+    /// of that set (nothing when it empties: the last events age out).
+    async fn warn_not_announceable(&mut self, key: &str, svc: &KubeService) -> Result<(), Stop> {
+        let want = not_announceable(self.services.allocator().pool(key), &self.pool_warnings);
+        if self.warned.get(key).map_or(want.is_empty(), |w| *w == want) {
+            return Ok(());
+        }
+        if want.is_empty() {
+            tracing::info!(service = key, "its pool can be announced again");
+            self.warned.remove(key);
+            return Ok(());
+        }
+        for e in &want {
+            tracing::warn!(service = key, reason = e.reason, "{}", e.message);
+        }
+        let timeout = self.deadline()?;
+        self.out.api.publish(svc, &want, timeout).await;
+        self.warned.insert(key.to_owned(), want);
+        Ok(())
+    }
+
+    /// The selector warnings by pool, from the whole configuration (when
+    /// `overlap` is given); a change makes every Service be processed again.
+    fn reconcile_warnings(&mut self, base: &config::Resources) {
+        let Some(o) = &self.inp.overlap else { return };
+        let resources = config::Resources {
+            peers: o.peers.state(),
+            bfd_profiles: o.bfd_profiles.state(),
+            bgp_advertisements: o.bgp_advertisements.state(),
+            l2_advertisements: o.l2_advertisements.state(),
+            nodes: o.nodes.state(),
+            ..base.clone()
+        };
+        let resources = config::overlap::with_placeholder_secrets(resources, &self.out.namespace);
+        // An invalid configuration is the ConfigurationStates' business.
+        let by_pool = config::parse(&resources)
+            .map(|c| {
+                let w = config::overlap::selector_warnings(&c, &resources.nodes);
+                config::overlap::by_pool(&c, &w)
+            })
+            .unwrap_or_default();
+        if by_pool != self.pool_warnings {
+            tracing::info!(pools = by_pool.len(), "pools no node can announce changed");
+            self.pool_warnings = by_pool;
+            self.full_pass = true;
+        }
     }
 
     /// The resourceVersion the store has of `key`.

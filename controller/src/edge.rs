@@ -171,7 +171,13 @@ impl ServiceApi for ServiceEdge {
                 message: e.message.clone(),
             };
             let left = timeout.saturating_sub(started.elapsed());
-            self.events.publish(&reference, &note, left).await;
+            if e.reason == crate::driver::REASON_NOT_ANNOUNCEABLE {
+                // Each warning its own event (the recorder would count a new one
+                // as a repeat of the last).
+                self.events.publish_distinct(&reference, &note, left).await;
+            } else {
+                self.events.publish(&reference, &note, left).await;
+            }
         }
     }
 }

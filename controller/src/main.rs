@@ -29,7 +29,7 @@ use anyhow::{Context, Result};
 use clap::{CommandFactory, FromArgMatches, Parser};
 use cluster_view::{Batch, ClusterView, Kind};
 use config::api::v1beta1::{ConfigurationState, IPAddressPool};
-use controller::driver::{Changes, Driver, Inputs, Outputs, ServiceChanges, Timing};
+use controller::driver::{Changes, Driver, Inputs, Outputs, OverlapInputs, ServiceChanges, Timing};
 use controller::edge::ServiceEdge;
 use controller::leader::{self, LEASE_NAME, LeaderElector, Leadership, LeaseConfig};
 use controller::metrics::ControllerMetrics;
@@ -200,6 +200,16 @@ impl ServiceChanges for ViewServices {
 }
 
 /// What the webhooks validate against, besides what the controller watches.
+/// What the `NotAnnounceable` warnings on Services are computed from, besides
+/// the controller's own kinds.
+const OVERLAP_KINDS: &[Kind] = &[
+    Kind::BGPPeer,
+    Kind::BFDProfile,
+    Kind::BGPAdvertisement,
+    Kind::L2Advertisement,
+    Kind::Node,
+];
+
 const WEBHOOK_KINDS: &[Kind] = &[
     Kind::IPAddressPool,
     Kind::BGPPeer,
@@ -382,6 +392,9 @@ async fn run(args: Args) -> Result<()> {
     let mut builder = ClusterView::builder(client.clone(), &ns);
     if allocating {
         builder = builder.kinds(Kind::CONTROLLER);
+        // The NotAnnounceable warnings on Services: the rest of the configuration
+        // and the Nodes (which the webhooks watch too).
+        builder = builder.kinds(OVERLAP_KINDS);
     }
     if webhook_enabled {
         // What MetalLB's webhooks validate against (MetalLB lists it on each request).
@@ -449,6 +462,13 @@ async fn run(args: Args) -> Result<()> {
                 config_changed: view.config_changes().clone(),
                 service_changes: ViewServices { view: view.clone() },
                 leader: leader_rx,
+                overlap: Some(OverlapInputs {
+                    peers: view.peers().context(WATCHED)?.store(),
+                    bfd_profiles: view.bfd_profiles().context(WATCHED)?.store(),
+                    bgp_advertisements: view.bgp_advertisements().context(WATCHED)?.store(),
+                    l2_advertisements: view.l2_advertisements().context(WATCHED)?.store(),
+                    nodes: view.nodes().context(WATCHED)?.store(),
+                }),
             },
             Outputs {
                 namespace: ns.clone(),

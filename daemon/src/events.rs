@@ -40,7 +40,35 @@ impl Events {
     }
 
     /// Publishes `note` about `object` within `timeout`; returns whether it was.
+    ///
+    /// The recorder counts an event again (its series) when one of the same type,
+    /// reason and action about the same object was published lately, whatever its
+    /// message: a new message under the same reason only bumps the old event's count.
     pub async fn publish(&self, object: &ObjectReference, note: &Note, timeout: Duration) -> bool {
+        self.publish_as(object, note, note.reason.replace(' ', ""), timeout)
+            .await
+    }
+
+    /// [`Self::publish`], with an action of its own per message (`<reason>-<hash of
+    /// the message>`): a new message is a new event, the same message a repeat of
+    /// its own.
+    pub async fn publish_distinct(
+        &self,
+        object: &ObjectReference,
+        note: &Note,
+        timeout: Duration,
+    ) -> bool {
+        self.publish_as(object, note, distinct_action(note), timeout)
+            .await
+    }
+
+    async fn publish_as(
+        &self,
+        object: &ObjectReference,
+        note: &Note,
+        action: String,
+        timeout: Duration,
+    ) -> bool {
         let ev = Event {
             type_: if note.warning {
                 EventType::Warning
@@ -49,7 +77,7 @@ impl Events {
             },
             reason: note.reason.clone(),
             note: Some(note.message.clone()),
-            action: note.reason.replace(' ', ""),
+            action,
             secondary: None,
         };
         let what = format!(
@@ -68,5 +96,36 @@ impl Events {
                 false
             }
         }
+    }
+}
+
+/// `<reason>-<FNV-1a 32 of the message, hex>` (at most 128 bytes, the API's limit).
+fn distinct_action(note: &Note) -> String {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in note.message.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    let mut reason = note.reason.replace(' ', "");
+    reason.truncate(128 - 9);
+    format!("{reason}-{h:08x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_distinct_action_follows_the_message_and_fits_the_limit() {
+        let note = |reason: &str, message: &str| Note {
+            warning: true,
+            reason: reason.into(),
+            message: message.into(),
+        };
+        let a = distinct_action(&note("NotAnnounceable", "one"));
+        assert_eq!(a, distinct_action(&note("NotAnnounceable", "one")));
+        assert_ne!(a, distinct_action(&note("NotAnnounceable", "two")));
+        assert!(a.starts_with("NotAnnounceable-") && a.len() == "NotAnnounceable-".len() + 8);
+        assert!(distinct_action(&note(&"x".repeat(300), "m")).len() <= 128);
     }
 }

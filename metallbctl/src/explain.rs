@@ -1,12 +1,16 @@
 //! `metallbctl explain service NS/NAME`: for every Node, what its speaker
 //! decides for the Service and why, by running the speaker's own decision
 //! code (`speaker::explain`) on the objects of the given files (the
-//! configuration, the Nodes, the Service and its EndpointSlices).
+//! configuration, the Nodes, the Service and its EndpointSlices), or, without
+//! files, on the same objects read from the API server (`list`/`get` only,
+//! each request with a deadline), with what the speakers report
+//! (ServiceBGPStatus, ServiceL2Status) next to what they should decide.
 
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use config::load::{LoadOptions, Loader};
@@ -33,8 +37,8 @@ struct ServiceArgs {
 
     /// Files or directories with the metallb.io objects, the Nodes, the Service and
     /// its EndpointSlices (`kubectl get -o yaml` output works); `-` reads standard
-    /// input.
-    #[arg(short = 'f', long = "filename", required = true, value_name = "PATH")]
+    /// input. Without: the objects of the cluster of the current kubeconfig context.
+    #[arg(short = 'f', long = "filename", value_name = "PATH")]
     paths: Vec<PathBuf>,
 
     /// Namespace MetalLB runs in (its configuration objects).
@@ -52,6 +56,20 @@ struct ServiceArgs {
     /// Output format: `text`, or one `json` object on stdout.
     #[arg(short, long, value_enum, default_value_t = Output::Text)]
     output: Output,
+
+    /// Deadline of each API request, in seconds (without `-f`).
+    #[arg(long, default_value_t = 10)]
+    timeout: u64,
+}
+
+/// The explanation, and (from the cluster) what the speakers report.
+#[derive(Debug, serde::Serialize)]
+struct Report {
+    #[serde(flatten)]
+    explanation: Explanation,
+    /// What the speakers' status objects say (live only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reported: Option<crate::live::Reported>,
 }
 
 /// Output format.
@@ -63,7 +81,8 @@ enum Output {
     Json,
 }
 
-/// Runs `explain`: 0 when the Service is announced by some node, 1 when not.
+/// Runs `explain`: 0 when the Service is announced by some node (over BGP:
+/// to some peer), 1 when not.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let What::Service(args) = &args.what;
     let (ns, name) = args
@@ -73,6 +92,88 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if ns.is_empty() || name.is_empty() {
         bail!("the Service is namespace/name, got {:?}", args.service);
     }
+    let options = Options {
+        lb_class: args.lb_class.clone(),
+        ignore_exclude_lb: args.ignore_exclude_lb,
+    };
+    let key = format!("{ns}/{name}");
+    let report = if args.paths.is_empty() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let live = rt.block_on(crate::live::read(
+            &args.namespace,
+            ns,
+            name,
+            Duration::from_secs(args.timeout),
+        ))?;
+        if live.resources.nodes.is_empty() {
+            bail!("the cluster has no Node: explain decides per Node");
+        }
+        let explanation = speaker::explain::service(
+            &live.resources,
+            &key,
+            live.service.as_ref(),
+            &live.slices,
+            &options,
+        );
+        Report {
+            explanation,
+            reported: Some(live.reported),
+        }
+    } else {
+        let (resources, svc, slices) = from_files(args, ns, name)?;
+        Report {
+            explanation: speaker::explain::service(
+                &resources,
+                &key,
+                svc.as_deref(),
+                &slices,
+                &options,
+            ),
+            reported: None,
+        }
+    };
+    let mut out = io::stdout().lock();
+    match args.output {
+        Output::Text => {
+            print_text(&mut out, &report.explanation).and_then(|()| match &report.reported {
+                Some(r) => print_reported(&mut out, &report.explanation, r),
+                None => Ok(()),
+            })
+        }
+        Output::Json => {
+            serde_json::to_writer_pretty(&mut out, &report)?;
+            writeln!(out)
+        }
+    }
+    .context("writing the explanation")?;
+    let explanation = &report.explanation;
+    let l2_announced = explanation
+        .l2
+        .as_ref()
+        .is_some_and(|l| l.nodes.iter().any(|n| n.announced));
+    // Announced over BGP means sent to some peer.
+    let bgp_announced = explanation
+        .bgp
+        .iter()
+        .any(|n| n.announced && !n.routes.is_empty());
+    Ok(ExitCode::from(if l2_announced || bgp_announced {
+        0
+    } else {
+        1
+    }))
+}
+
+type Objects = (
+    config::Resources,
+    Option<Arc<k8s_openapi::api::core::v1::Service>>,
+    Vec<Arc<k8s_openapi::api::discovery::v1::EndpointSlice>>,
+);
+
+/// The objects of the files `args.paths`, and the Service `ns/name` with its
+/// EndpointSlices among them.
+fn from_files(args: &ServiceArgs, ns: &str, name: &str) -> anyhow::Result<Objects> {
     let mut loader = Loader::new(LoadOptions {
         namespace: args.namespace.clone(),
         workloads: true,
@@ -87,9 +188,13 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if loaded.resources.nodes.is_empty() {
         bail!("no Node in the input: explain decides per Node (add `kubectl get nodes -o yaml`)");
     }
-    let svc = loaded.services.iter().find(|s| {
-        s.metadata.namespace.as_deref() == Some(ns) && s.metadata.name.as_deref() == Some(name)
-    });
+    let svc = loaded
+        .services
+        .iter()
+        .find(|s| {
+            s.metadata.namespace.as_deref() == Some(ns) && s.metadata.name.as_deref() == Some(name)
+        })
+        .cloned();
     let slices: Vec<Arc<_>> = loaded
         .endpoint_slices
         .iter()
@@ -103,38 +208,67 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         })
         .cloned()
         .collect();
-    let options = Options {
-        lb_class: args.lb_class.clone(),
-        ignore_exclude_lb: args.ignore_exclude_lb,
-    };
-    let key = format!("{ns}/{name}");
-    let explanation = speaker::explain::service(
-        &loaded.resources,
-        &key,
-        svc.map(AsRef::as_ref),
-        &slices,
-        &options,
-    );
-    let mut out = io::stdout().lock();
-    match args.output {
-        Output::Text => print_text(&mut out, &explanation),
-        Output::Json => {
-            serde_json::to_writer_pretty(&mut out, &explanation)?;
-            writeln!(out)
+    Ok((loaded.resources, svc, slices))
+}
+
+/// What the speakers report, after what they should decide.
+fn print_reported(
+    out: &mut impl Write,
+    e: &Explanation,
+    r: &crate::live::Reported,
+) -> io::Result<()> {
+    writeln!(
+        out,
+        "reported by the speakers (ServiceBGPStatus, ServiceL2Status):"
+    )?;
+    if r.bgp.is_empty() && r.l2.is_empty() {
+        writeln!(out, "  nothing: no speaker reports announcing it")?;
+    }
+    for (node, peers) in &r.bgp {
+        writeln!(out, "  {node}  BGP to {}", peers.join(", "))?;
+    }
+    for (node, ifs) in &r.l2 {
+        let on = if ifs.is_empty() {
+            "every eligible interface".to_owned()
+        } else {
+            ifs.join(", ")
+        };
+        writeln!(out, "  {node}  L2 on {on}")?;
+    }
+    for line in differences(e, r) {
+        writeln!(out, "  differs: {line}")?;
+    }
+    Ok(())
+}
+
+/// Where what the speakers report differs from what they should decide
+/// (a speaker down, not running there, or not caught up yet).
+fn differences(e: &Explanation, r: &crate::live::Reported) -> Vec<String> {
+    let mut out = Vec::new();
+    let decided_bgp: std::collections::BTreeSet<&str> = e
+        .bgp
+        .iter()
+        .filter(|n| n.announced && !n.routes.is_empty())
+        .map(|n| n.node.as_str())
+        .collect();
+    let decided_l2: std::collections::BTreeSet<&str> =
+        e.l2.iter()
+            .flat_map(|l| l.nodes.iter().filter(|n| n.announced))
+            .map(|n| n.node.as_str())
+            .collect();
+    for (proto, decided, reported) in [("BGP", &decided_bgp, &r.bgp), ("L2", &decided_l2, &r.l2)] {
+        for n in decided.iter().filter(|n| !reported.contains_key(**n)) {
+            out.push(format!(
+                "{n} should announce it ({proto}) but reports nothing (is its speaker running and ready?)"
+            ));
+        }
+        for n in reported.keys().filter(|n| !decided.contains(n.as_str())) {
+            out.push(format!(
+                "{n} reports announcing it ({proto}) but should not (stale status, or its speaker sees other objects)"
+            ));
         }
     }
-    .context("writing the explanation")?;
-    let l2_announced = explanation
-        .l2
-        .as_ref()
-        .is_some_and(|l| l.nodes.iter().any(|n| n.announced));
-    Ok(ExitCode::from(
-        if l2_announced || explanation.bgp.iter().any(|n| n.announced) {
-            0
-        } else {
-            1
-        },
-    ))
+    out
 }
 
 fn print_text(out: &mut impl Write, e: &Explanation) -> io::Result<()> {
@@ -245,4 +379,65 @@ fn print_text(out: &mut impl Write, e: &Explanation) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use speaker::explain::{L2, NodeBgp, NodeL2, PeerRoute};
+
+    fn bgp(node: &str, announced: bool) -> NodeBgp {
+        NodeBgp {
+            node: node.into(),
+            announced,
+            reason: (!announced).then(|| "notOwner".into()),
+            hint: None,
+            routes: if announced {
+                vec![PeerRoute {
+                    peer: "router".into(),
+                    prefix: "198.51.100.1/32".into(),
+                    local_pref: None,
+                    communities: Vec::new(),
+                    advertisement: "a".into(),
+                }]
+            } else {
+                Vec::new()
+            },
+            sessions: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn differences_name_missing_and_unexpected_announcers() {
+        let e = Explanation {
+            service: "demo/web".into(),
+            ips: vec!["198.51.100.1".into()],
+            bgp: vec![bgp("n1", true), bgp("n2", true), bgp("n3", false)],
+            l2: Some(L2 {
+                election: None,
+                nodes: vec![NodeL2 {
+                    node: "n1".into(),
+                    announced: true,
+                    reason: None,
+                    hint: None,
+                    interfaces: Vec::new(),
+                }],
+            }),
+            warnings: Vec::new(),
+        };
+        let mut r = crate::live::Reported::default();
+        r.bgp.insert("n1".into(), vec!["router".into()]);
+        r.bgp.insert("n3".into(), vec!["router".into()]);
+        r.l2.insert("n1".into(), Vec::new());
+        assert_eq!(
+            differences(&e, &r),
+            [
+                "n2 should announce it (BGP) but reports nothing (is its speaker running and ready?)",
+                "n3 reports announcing it (BGP) but should not (stale status, or its speaker sees other objects)",
+            ]
+        );
+        r.bgp.remove("n3");
+        r.bgp.insert("n2".into(), vec!["router".into()]);
+        assert!(differences(&e, &r).is_empty());
+    }
 }

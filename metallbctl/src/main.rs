@@ -6,8 +6,10 @@
 
 mod bfd_probe;
 mod bgp_probe;
+mod convert;
 mod explain;
 mod l2_announce;
+mod live;
 mod status;
 mod validate;
 
@@ -56,6 +58,11 @@ enum Command {
     /// context: configuration states, pools, BGP sessions, and who announces
     /// each LoadBalancer Service how.
     Status(status::Args),
+    /// Convert a legacy MetalLB ConfigMap (its `config` key) to the
+    /// equivalent metallb.io objects, as upstream's configmaptocrs does; YAML
+    /// on stdout. Exit 1 when the result is invalid, 2 when the input cannot
+    /// be read.
+    Convert(convert::Args),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +74,7 @@ fn main() -> ExitCode {
         Command::L2Announce(args) => l2_announce::run(args),
         Command::Explain(args) => explain::run(args),
         Command::Status(args) => status::run(args),
+        Command::Convert(args) => convert::run(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("metallbctl: {e:#}");

@@ -13,8 +13,8 @@ use config::api::v1beta1::{
     BGPSessionStatus, ConfigurationState, IPAddressPool, ServiceBGPStatus, ServiceL2Status,
 };
 use k8s_openapi::api::core::v1::Service;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use kube::{Client, ResourceExt};
 use serde::Serialize;
 
 /// `metallbctl status` options.
@@ -140,9 +140,7 @@ where
 
 /// Reads the summary from the cluster of the current kubeconfig context.
 pub async fn read(ns: &str, timeout: Duration) -> anyhow::Result<Status> {
-    let client = Client::try_default()
-        .await
-        .context("connecting to the cluster (kubeconfig)")?;
+    let client = crate::live::client(timeout).await?;
     let states: Vec<ConfigurationState> = list(
         Api::namespaced(client.clone(), ns),
         "configurationstates",

@@ -236,7 +236,10 @@ pub fn service(
         bgp_nodes.clear();
     }
     let mut warnings = warnings(&bgp_nodes, svc, key, slices);
-    if in_pool && !bgp_used && !l2_used && !ips.is_empty() {
+    // The configuration's own warnings about the Service's pool (the
+    // controller's NotAnnounceable events), judged on every Node.
+    let pool_warnings = pool_selector_warnings(resources, &ips);
+    if in_pool && !bgp_used && !l2_used && !ips.is_empty() && pool_warnings.is_empty() {
         warnings.push(format!(
             "no L2Advertisement or BGPAdvertisement selects the IPAddressPool of Service {key} \
              (their spec.ipAddressPools / spec.ipAddressPoolSelectors): nothing announces it"
@@ -263,6 +266,11 @@ pub fn service(
                 .join(", ")
         ));
     }
+    for w in pool_warnings {
+        if !warnings.contains(&w) {
+            warnings.push(w);
+        }
+    }
     Explanation {
         service: key.to_owned(),
         ips,
@@ -270,6 +278,26 @@ pub fn service(
         l2,
         warnings,
     }
+}
+
+/// `config::overlap`'s warnings about the pool of `ips` (or an advertisement
+/// of it), on the whole configuration and every Node; none when it is invalid
+/// (each node's reason says so).
+fn pool_selector_warnings(resources: &Resources, ips: &[String]) -> Vec<String> {
+    let Ok(config) = config::parse(resources) else {
+        return Vec::new();
+    };
+    let Some(pool) = ips
+        .iter()
+        .filter_map(|ip| ip.parse().ok())
+        .find_map(|ip| config.pool_for(ip))
+    else {
+        return Vec::new();
+    };
+    let w = config::overlap::selector_warnings(&config, &resources.nodes);
+    config::overlap::by_pool(&config, &w)
+        .remove(&pool.name)
+        .unwrap_or_default()
 }
 
 /// Whether an advertisement of `pools` selects the pool of `ips`.

@@ -360,6 +360,7 @@ struct Harness {
     heartbeat: Arc<Heartbeat>,
     pool_writer: StatusWriter<IPAddressPool>,
     store: Fresh,
+    config_changed: cluster_view::Changes,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
 
@@ -376,6 +377,7 @@ struct Setup {
     leader: Leadership,
     api: FakeApi,
     max_chained_passes: usize,
+    overlap: Option<OverlapInputs>,
 }
 
 impl Default for Setup {
@@ -389,6 +391,7 @@ impl Default for Setup {
             leader: leading(1, Duration::from_secs(3600)),
             api: FakeApi::default(),
             max_chained_passes: 3,
+            overlap: None,
         }
     }
 }
@@ -422,6 +425,7 @@ fn start(setup: Setup) -> Harness {
     let fresh = Arc::new(Mutex::new(Some((api.clone(), writer))));
     let (leader_tx, leader_rx) = watch::channel(setup.leader);
     let heartbeat = Arc::new(Heartbeat::new());
+    let config_changed = cluster_view::Changes::new(16);
     let pool_writer = StatusWriter::new(
         WriterConfig::default(),
         Arc::new(SystemClock),
@@ -433,7 +437,7 @@ fn start(setup: Setup) -> Harness {
             communities,
             namespaces,
             services,
-            config_changed: cluster_view::Changes::new(16),
+            config_changed: config_changed.clone(),
             service_changes: FakeChanges {
                 rx: changes_rx,
                 gate: gate_rx,
@@ -442,6 +446,7 @@ fn start(setup: Setup) -> Harness {
                 fresh_relist: setup.fresh_relist,
             },
             leader: leader_rx,
+            overlap: setup.overlap,
         },
         Outputs {
             namespace: NS.into(),
@@ -472,6 +477,7 @@ fn start(setup: Setup) -> Harness {
         heartbeat,
         pool_writer,
         store: fresh,
+        config_changed,
         task: tokio::spawn(driver.run()),
     }
 }
@@ -854,4 +860,125 @@ async fn a_capped_full_pass_is_deferred_not_dropped() {
     h.run_for(Duration::from_secs(5)).await;
     assert_eq!(writes(&h), before + 1, "{:?}", h.api.calls());
     assert_eq!(ingress(&h.api.object("ns/c")).len(), 1);
+}
+
+fn node(name: &str, role: &str) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some([("role".to_owned(), role.to_owned())].into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+fn l2_ad(node_role: Option<&str>) -> L2Advertisement {
+    let mut ad = L2Advertisement::new(
+        "ad",
+        config::api::v1beta1::L2AdvertisementSpec {
+            ip_address_pools: vec!["a".into()],
+            node_selectors: node_role
+                .map(|r| {
+                    vec![
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                            match_labels: Some([("role".to_owned(), r.to_owned())].into()),
+                            match_expressions: None,
+                        },
+                    ]
+                })
+                .unwrap_or_default(),
+            ..Default::default()
+        },
+    );
+    ad.metadata.namespace = Some(NS.into());
+    ad
+}
+
+fn not_announceable_events(api: &FakeApi, key: &str) -> usize {
+    api.calls()
+        .iter()
+        .filter(|c| {
+            matches!(c, Call::Publish { key: k, reasons }
+                if k == key && reasons == &[REASON_NOT_ANNOUNCEABLE])
+        })
+        .count()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pool_no_node_can_announce_is_warned_on_its_services_once_per_change() {
+    // The only L2Advertisement of pool a selects role=edge; the only Node is a worker.
+    let (l2_advertisements, mut l2_writer) = ready_store(vec![l2_ad(Some("edge"))]);
+    let (nodes, _nodes_writer) = ready_store(vec![node("n1", "worker")]);
+    let overlap = OverlapInputs {
+        peers: ready_store(Vec::new()).0,
+        bfd_profiles: ready_store(Vec::new()).0,
+        bgp_advertisements: ready_store(Vec::new()).0,
+        l2_advertisements,
+        nodes,
+    };
+    let h = start(Setup {
+        server: vec![lb("x", 1)],
+        overlap: Some(overlap),
+        ..Setup::default()
+    });
+    h.run_for(Duration::from_secs(1)).await;
+    assert_eq!(ingress(&h.api.object("ns/x")), ["198.51.100.0"]);
+    assert_eq!(
+        not_announceable_events(&h.api, "ns/x"),
+        1,
+        "{:?}",
+        h.api.calls()
+    );
+    // Processing the Service again (a change, a full pass) publishes nothing new.
+    h.touch("ns/x");
+    h.config_changed.all();
+    h.run_for(Duration::from_secs(30)).await;
+    assert_eq!(
+        not_announceable_events(&h.api, "ns/x"),
+        1,
+        "{:?}",
+        h.api.calls()
+    );
+
+    // Fixed: no new event.
+    l2_writer.apply_watcher_event(&watcher::Event::Apply(l2_ad(None)));
+    h.config_changed.all();
+    h.run_for(Duration::from_secs(5)).await;
+    assert_eq!(
+        not_announceable_events(&h.api, "ns/x"),
+        1,
+        "{:?}",
+        h.api.calls()
+    );
+
+    // Broken again: warned again, once.
+    l2_writer.apply_watcher_event(&watcher::Event::Apply(l2_ad(Some("edge"))));
+    h.config_changed.all();
+    h.run_for(Duration::from_secs(5)).await;
+    assert_eq!(
+        not_announceable_events(&h.api, "ns/x"),
+        2,
+        "{:?}",
+        h.api.calls()
+    );
+}
+
+#[test]
+fn the_events_name_the_pool_and_the_object_to_change() {
+    let by_pool = BTreeMap::from([(
+        "a".to_owned(),
+        vec!["L2Advertisement ad: spec.nodeSelectors match none of the 1 Nodes".to_owned()],
+    )]);
+    assert!(not_announceable(None, &by_pool).is_empty());
+    assert!(not_announceable(Some("b"), &by_pool).is_empty());
+    let e = not_announceable(Some("a"), &by_pool);
+    assert_eq!(e.len(), 1);
+    assert!(e[0].warning);
+    assert_eq!(e[0].reason, "NotAnnounceable");
+    assert_eq!(
+        e[0].message,
+        "its address comes from IPAddressPool a: L2Advertisement ad: spec.nodeSelectors match \
+         none of the 1 Nodes"
+    );
 }

@@ -7,6 +7,7 @@
 //! Run: `cargo build -p speaker && cargo test --manifest-path e2e/Cargo.toml --test speakers`.
 
 mod bgp;
+mod explain;
 mod harness;
 mod ipv6;
 mod l2;

@@ -1,0 +1,208 @@
+//! The objects `metallbctl explain` needs, read from the API server of the
+//! current kubeconfig context: `list` and `get` only, each request with a
+//! deadline, nothing a viewer's RBAC (plus `list nodes`) does not allow.
+//! Secrets are never read: a BGPPeer's `passwordSecret` is taken to exist
+//! (the decisions do not depend on the password; a bad Secret shows in the
+//! speakers' ConfigurationState).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use config::api::{v1beta1, v1beta2};
+use k8s_openapi::api::core::v1::{Namespace, Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Client;
+use kube::api::{Api, ListParams};
+use serde::Serialize;
+
+/// What the speakers report about one Service.
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reported {
+    /// Node -> the BGPPeers its ServiceBGPStatus names.
+    pub bgp: BTreeMap<String, Vec<String>>,
+    /// Node -> the interfaces its ServiceL2Status names (empty: every one).
+    pub l2: BTreeMap<String, Vec<String>>,
+}
+
+/// The objects read.
+pub struct Live {
+    pub resources: config::Resources,
+    pub service: Option<Service>,
+    pub slices: Vec<Arc<EndpointSlice>>,
+    pub reported: Reported,
+}
+
+/// `fut`, or an error naming `what` when it has not answered within
+/// `timeout`.
+pub async fn deadline<T, E>(
+    timeout: Duration,
+    what: &str,
+    fut: impl Future<Output = Result<T, E>>,
+) -> anyhow::Result<T>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    tokio::time::timeout(timeout, fut)
+        .await
+        .map_err(|_| anyhow::anyhow!("{what}: no answer within {timeout:?}"))?
+        .with_context(|| what.to_owned())
+}
+
+/// A client for the current kubeconfig context, within `timeout`.
+pub async fn client(timeout: Duration) -> anyhow::Result<Client> {
+    deadline(
+        timeout,
+        "connecting to the cluster (kubeconfig)",
+        Client::try_default(),
+    )
+    .await
+}
+
+async fn list<K>(
+    api: Api<K>,
+    what: &str,
+    lp: &ListParams,
+    timeout: Duration,
+) -> anyhow::Result<Vec<K>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    Ok(deadline(timeout, &format!("listing {what}"), api.list(lp))
+        .await?
+        .items)
+}
+
+/// Reads the configuration of namespace `metallb_ns`, the Nodes, the
+/// Namespaces, the Service `ns/name`, its EndpointSlices and the speakers'
+/// status objects for it.
+pub async fn read(
+    metallb_ns: &str,
+    ns: &str,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<Live> {
+    let client = client(timeout).await?;
+    let all = ListParams::default();
+    let c = || client.clone();
+    let r = config::Resources {
+        pools: arcs(
+            list(
+                Api::<v1beta1::IPAddressPool>::namespaced(c(), metallb_ns),
+                "ipaddresspools",
+                &all,
+                timeout,
+            )
+            .await?,
+        ),
+        peers: arcs(
+            list(
+                Api::<v1beta2::BGPPeer>::namespaced(c(), metallb_ns),
+                "bgppeers",
+                &all,
+                timeout,
+            )
+            .await?,
+        ),
+        bfd_profiles: arcs(
+            list(
+                Api::<v1beta1::BFDProfile>::namespaced(c(), metallb_ns),
+                "bfdprofiles",
+                &all,
+                timeout,
+            )
+            .await?,
+        ),
+        bgp_advertisements: arcs(
+            list(
+                Api::<v1beta1::BGPAdvertisement>::namespaced(c(), metallb_ns),
+                "bgpadvertisements",
+                &all,
+                timeout,
+            )
+            .await?,
+        ),
+        l2_advertisements: arcs(
+            list(
+                Api::<v1beta1::L2Advertisement>::namespaced(c(), metallb_ns),
+                "l2advertisements",
+                &all,
+                timeout,
+            )
+            .await?,
+        ),
+        communities: arcs(
+            list(
+                Api::<v1beta1::Community>::namespaced(c(), metallb_ns),
+                "communities",
+                &all,
+                timeout,
+            )
+            .await?,
+        ),
+        nodes: arcs(list(Api::<Node>::all(c()), "nodes", &all, timeout).await?),
+        namespaces: arcs(list(Api::<Namespace>::all(c()), "namespaces", &all, timeout).await?),
+        ..config::Resources::default()
+    };
+    let r = config::overlap::with_placeholder_secrets(r, metallb_ns);
+    let service = deadline(
+        timeout,
+        &format!("getting Service {ns}/{name}"),
+        Api::<Service>::namespaced(c(), ns).get_opt(name),
+    )
+    .await?;
+    let slices = arcs(
+        list(
+            Api::<EndpointSlice>::namespaced(c(), ns),
+            "endpointslices",
+            &ListParams::default().labels(&format!("kubernetes.io/service-name={name}")),
+            timeout,
+        )
+        .await?,
+    );
+    let mut reported = Reported::default();
+    let is_it = |sns: &str, sname: &str| sns == ns && sname == name;
+    for s in list(
+        Api::<v1beta1::ServiceBGPStatus>::namespaced(c(), metallb_ns),
+        "servicebgpstatuses",
+        &all,
+        timeout,
+    )
+    .await?
+    {
+        if let Some(st) = s.status
+            && is_it(&st.service_namespace, &st.service_name)
+        {
+            reported.bgp.insert(st.node, st.peers);
+        }
+    }
+    for s in list(
+        Api::<v1beta1::ServiceL2Status>::namespaced(c(), metallb_ns),
+        "servicel2statuses",
+        &all,
+        timeout,
+    )
+    .await?
+    {
+        if let Some(st) = s.status
+            && is_it(&st.service_namespace, &st.service_name)
+        {
+            reported
+                .l2
+                .insert(st.node, st.interfaces.into_iter().map(|i| i.name).collect());
+        }
+    }
+    Ok(Live {
+        resources: r,
+        service,
+        slices,
+        reported,
+    })
+}
+
+fn arcs<T>(v: Vec<T>) -> Vec<Arc<T>> {
+    v.into_iter().map(Arc::new).collect()
+}
