@@ -64,12 +64,25 @@ async fn neighbour_moves(sl: &SpeakerLab, ip: &str, mac: &str, since: Instant) -
 }
 
 /// Makes sure the client has a neighbour entry for `ip` on `mac` (a datagram makes the
-/// kernel resolve it).
+/// kernel resolve it). An entry on another MAC is deleted first: after a cut cable is
+/// restored, the owner (which never stopped owning the address in its own view) sends no
+/// new gratuitous ARP, so the client keeps the interim owner's MAC until its entry goes
+/// stale (MetalLB behaves the same, its issue #584; see the README's split-brain notes).
 async fn resolve(sl: &SpeakerLab, ip: &str, mac: &str) -> Result<()> {
+    let client_if = sl.net.net.l2_iface("client").to_owned();
     wait_until(
         &format!("the client resolves {ip} to {mac}"),
         WITHIN,
         || async {
+            if let Ok(Some((m, _))) = neighbour(sl, ip)
+                && m != mac
+            {
+                let _ = sl
+                    .net
+                    .net
+                    .client()
+                    .ip(&["neigh", "del", ip, "dev", &client_if]);
+            }
             let _ = sl.net.net.client().output(
                 "bash",
                 &["-c", &format!("echo x > /dev/udp/{ip}/9; sleep 0.2")],
