@@ -298,6 +298,15 @@ async fn bench(
             Err(e) => return Err(e),
         }
     };
+    // Nodes this run adds to the lab (beyond its usual ones) go again at the end.
+    let node_api = Api::<k8s_openapi::api::core::v1::Node>::all(lab.client.clone());
+    let mut added = Vec::new();
+    for n in 1..=nodes {
+        let name = plan::node_name(n);
+        if node_api.get_opt(&name).await?.is_none() {
+            added.push(name);
+        }
+    }
     e2e::speakers::ensure_nodes(lab, nodes).await?;
     let suffix = e2e::unique_suffix();
     let cfg_ns = format!("bench-l2-{}-cfg-{suffix}", kind.name());
@@ -356,6 +365,9 @@ async fn bench(
     }
     for ns in [&svc_ns, &cfg_ns] {
         let _ = nsapi.delete(ns, &DeleteParams::default()).await;
+    }
+    for name in &added {
+        let _ = node_api.delete(name, &DeleteParams::default()).await;
     }
     // Their Services hold cluster IPs until the namespaces are gone.
     let deadline = Instant::now() + Duration::from_secs(240);
