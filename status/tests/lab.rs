@@ -58,6 +58,11 @@ async fn lab_client() -> Result<Client> {
     Ok(client)
 }
 
+/// The lab's administrator, the user these tests write as. Counts of writes are filtered by
+/// it: the garbage collector and the namespace controller delete other tests' objects of
+/// the same kinds at any time.
+const LAB_USER: &str = "admin";
+
 fn audit(args: &[&str]) -> Result<String> {
     let out = Command::new(repo().join("lab/audit-count"))
         .args(args)
@@ -365,6 +370,8 @@ async fn service_l2_status_by_labels_adopted_after_a_restart_pruned_and_reowned_
         let n = audit(&[
             "--since",
             &mark,
+            "--user",
+            LAB_USER,
             "--resource",
             "servicel2statuses",
             "--total",
@@ -375,7 +382,14 @@ async fn service_l2_status_by_labels_adopted_after_a_restart_pruned_and_reowned_
     assert!(
         writes.is_ok(),
         "writes creating 3 objects: {}",
-        audit(&["--since", &mark, "--resource", "servicel2statuses"])?
+        audit(&[
+            "--since",
+            &mark,
+            "--user",
+            LAB_USER,
+            "--resource",
+            "servicel2statuses"
+        ])?
     );
     let uid_of = |list: &[ServiceL2Status], svc: &str| {
         list.iter()
@@ -549,6 +563,8 @@ async fn bgp_session_status_named_node_dash_peer_and_kept_across_a_restart() -> 
         let n = audit(&[
             "--since",
             &mark,
+            "--user",
+            LAB_USER,
             "--resource",
             "bgpsessionstatuses",
             "--total",
@@ -559,7 +575,14 @@ async fn bgp_session_status_named_node_dash_peer_and_kept_across_a_restart() -> 
     assert!(
         writes.is_ok(),
         "{}",
-        audit(&["--since", &mark, "--resource", "bgpsessionstatuses"])?
+        audit(&[
+            "--since",
+            &mark,
+            "--user",
+            LAB_USER,
+            "--resource",
+            "bgpsessionstatuses"
+        ])?
     );
     running_a.stop().await?;
 
@@ -576,6 +599,8 @@ async fn bgp_session_status_named_node_dash_peer_and_kept_across_a_restart() -> 
         audit(&[
             "--since",
             &mark,
+            "--user",
+            LAB_USER,
             "--resource",
             "bgpsessionstatuses",
             "--total"
