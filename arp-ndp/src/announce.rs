@@ -138,6 +138,23 @@ impl Announcer {
         true
     }
 
+    /// Starts a new burst for an announced `ip` on its interfaces, as if it
+    /// had just been claimed (the first round at `now`): for an owner whose
+    /// peers may have believed another node answers (they saw it down and
+    /// come back). Returns whether `ip` is announced.
+    pub fn restart(&mut self, now: Instant, ip: &IpAddr) -> bool {
+        let Some(e) = self.entries.get_mut(ip) else {
+            return false;
+        };
+        if let Some(next) = e.next {
+            self.due.remove(&(next, *ip));
+        }
+        e.window_end = now + self.cfg.window;
+        e.next = Some(now);
+        self.due.insert((now, *ip));
+        true
+    }
+
     /// Stops announcing `ip`; returns whether it was announced.
     pub fn remove(&mut self, ip: &IpAddr) -> bool {
         let Some(e) = self.entries.remove(ip) else {
@@ -270,6 +287,44 @@ mod tests {
             })
             .chain((0..1000u16).map(|i| IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 1, i))))
             .collect()
+    }
+
+    #[test]
+    fn a_restart_sends_a_new_burst_on_the_same_interfaces() {
+        let mut a = Announcer::new(AnnounceConfig::default());
+        let eth0 = [iface("eth0", 2, true)];
+        let ip = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7));
+        let t0 = Instant::now();
+        assert!(!a.restart(t0, &ip), "not announced: nothing to restart");
+        assert!(a.set(t0, ip, &eth0));
+        // The first burst: rounds at 0, 1.1, 2.2, 3.3 and 4.4 s, then silence.
+        let mut rounds = 0;
+        let mut now = t0;
+        while let Some(at) = a.next_wakeup() {
+            now = at;
+            assert_eq!(a.poll(now).len(), 2, "request and reply");
+            rounds += 1;
+        }
+        assert_eq!((rounds, now), (5, t0 + ms(4400)));
+        assert!(!a.set(t0 + ms(9000), ip, &eth0), "unchanged: no new burst");
+        assert_eq!(a.next_wakeup(), None);
+
+        // Restarted at 10 s: a round at once, then the same burst again.
+        let t1 = t0 + ms(10_000);
+        assert!(a.restart(t1, &ip));
+        assert_eq!(a.next_wakeup(), Some(t1));
+        let out = a.poll(t1);
+        assert_eq!(out.len(), 2);
+        assert!(out.iter().all(|o| o.interface == "eth0" && o.ip == ip));
+        assert_eq!(a.next_wakeup(), Some(t1 + ms(1100)));
+        assert!(a.in_burst(&ip, t1 + ms(4000)));
+        // A restart in the middle of a burst moves it, without a second schedule.
+        assert!(a.restart(t1 + ms(500), &ip));
+        assert_eq!(a.next_wakeup(), Some(t1 + ms(500)));
+        assert_eq!(a.poll(t1 + ms(500)).len(), 2);
+        assert_eq!(a.next_wakeup(), Some(t1 + ms(1600)));
+        assert!(a.remove(&ip));
+        assert!(!a.restart(t1 + ms(600), &ip));
     }
 
     #[test]

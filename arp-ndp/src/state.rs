@@ -202,6 +202,17 @@ impl L2State {
         self.apply(now, ip, effective)
     }
 
+    /// Announces every owned address again (a new gratuitous burst, nothing
+    /// else changes): the speaker calls it when members it had lost come
+    /// back, whose clients may have learnt another node's MAC meanwhile.
+    /// Returns how many addresses are announced again.
+    pub fn reannounce(&mut self, now: Instant) -> usize {
+        let ips: Vec<IpAddr> = self.owned.iter().map(|(ip, _)| *ip).collect();
+        ips.iter()
+            .filter(|ip| self.announcer.restart(now, ip))
+            .count()
+    }
+
     /// `owner` no longer wants `ip`. The IP stays owned, on the union of
     /// the remaining claims' lists, until its last claim is released.
     /// Releasing a claim that does not exist changes nothing.

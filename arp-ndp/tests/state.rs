@@ -463,3 +463,44 @@ mod claim_model {
         }
     }
 }
+
+/// `reannounce`: every owned address gets a new burst on its interfaces, counted
+/// like the first; nothing changes for addresses released before.
+#[test]
+fn reannounce_sends_a_new_burst_for_every_owned_address() {
+    let t0 = Instant::now();
+    let mut s = L2State::new(AnnounceConfig::default());
+    s.set_interfaces(t0, two_ifaces());
+    s.own(t0, ip("192.0.2.10"), AllowedInterfaces::only(["eth0"]));
+    s.own(t0, ip("192.0.2.11"), AllowedInterfaces::all());
+    s.own(t0, ip("192.0.2.12"), AllowedInterfaces::all());
+    s.disown(&ip("192.0.2.12"));
+    // 2 frames per round and interface: eth0 for .10, eth0 and eth1 for .11.
+    assert_eq!(s.poll(t0).len(), 6);
+    let quiet = t0 + Duration::from_secs(30);
+    let mut t = t0;
+    while t < quiet {
+        t += Duration::from_millis(100);
+        s.poll(t);
+    }
+    assert!(s.poll(quiet).is_empty(), "the first burst is over");
+    assert_eq!(s.counters(&ip("192.0.2.10")).gratuitous_sent, 10);
+
+    assert_eq!(s.reannounce(quiet), 2, "the two owned addresses");
+    let out = s.poll(quiet);
+    let mut sent: Vec<(String, IpAddr)> = out.iter().map(|o| (o.interface.clone(), o.ip)).collect();
+    sent.dedup();
+    assert_eq!(
+        sent,
+        [
+            ("eth0".to_owned(), ip("192.0.2.10")),
+            ("eth0".to_owned(), ip("192.0.2.11")),
+            ("eth1".to_owned(), ip("192.0.2.11")),
+        ]
+    );
+    assert_eq!(s.counters(&ip("192.0.2.10")).gratuitous_sent, 12);
+    // Nothing owned: nothing to announce.
+    s.disown(&ip("192.0.2.10"));
+    s.disown(&ip("192.0.2.11"));
+    assert_eq!(s.reannounce(quiet), 0);
+}

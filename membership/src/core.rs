@@ -139,6 +139,13 @@ pub enum Event {
     HeartbeatUp { node: String },
     /// An owner declared down refuted (or rejoined) and is live again.
     OwnerBack { node: String },
+    /// The heartbeat of a speaker that watches this node came Up: it (again)
+    /// takes this node for the owner of some addresses. After a partition or
+    /// a short cut it may have answered for them meanwhile, and the clients
+    /// may hold its MAC: the speaker announces its own addresses again
+    /// (nothing else would make it, since in its own view it never stopped
+    /// owning them).
+    WatcherUp { node: String },
     /// Self-fence: stop answering (true) or resume (false).
     Fence(bool),
     /// The cluster declared this node down; it rejoined with a new
@@ -908,6 +915,11 @@ impl Core {
                 self.path_faulty.remove(name);
                 if watching {
                     self.outputs.push(Output::Event(Event::HeartbeatUp {
+                        node: name.to_string(),
+                    }));
+                }
+                if watched_by_peer {
+                    self.outputs.push(Output::Event(Event::WatcherUp {
                         node: name.to_string(),
                     }));
                 }

@@ -174,6 +174,48 @@ fn paused_owner_refutes() {
     );
 }
 
+/// The owner learns that its watcher is back (and announces its addresses
+/// again: the watcher may have answered for them meanwhile): at the first
+/// heartbeat Up, and again after a pause long enough to be declared down.
+#[test]
+fn the_owner_is_told_when_its_watcher_is_back() {
+    let mut sim = Sim::new(3, Some(SECRET), 14, |_| {});
+    sim.converge(30 * SEC);
+    let watched_at = sim.now;
+    sim.watch(1, &[0]);
+    sim.run_for(5 * SEC);
+    let watcher_up = |e: &Event| matches!(e, Event::WatcherUp { node } if *node == name(1));
+    assert!(
+        sim.first_event(0, watched_at, watcher_up).is_some(),
+        "first Up"
+    );
+    assert!(
+        sim.first_event(1, watched_at, |e| matches!(e, Event::WatcherUp { .. }))
+            .is_none(),
+        "nobody watches the watcher"
+    );
+    // A quiet second with the heartbeat Up: no repeat.
+    let steady = sim.now;
+    sim.run_for(SEC);
+    assert!(sim.first_event(0, steady, watcher_up).is_none());
+
+    let paused_at = sim.now;
+    sim.pause(0);
+    sim.run_for(SEC);
+    assert!(
+        sim.first_event(1, paused_at, |e| owner_down(e, &name(0)))
+            .is_some()
+    );
+    let resumed_at = sim.now;
+    sim.resume(0);
+    sim.run_for(5 * SEC);
+    let (at, _) = sim
+        .first_event(0, resumed_at, watcher_up)
+        .expect("the owner hears its watcher again");
+    println!("watcher up {} ms after resuming", (at - resumed_at) / MS);
+    assert!(at - resumed_at <= 4 * SEC);
+}
+
 #[test]
 fn graceful_leave_is_seen_at_once() {
     let mut sim = watched_cluster(5, 5);

@@ -76,8 +76,9 @@ fn a_local_service_whose_pods_run_where_no_advertisement_selects_is_warned() {
     assert_eq!(
         v["warnings"][0],
         "Service demo/local has spec.externalTrafficPolicy Local and its endpoints run only \
-         on worker-1, which no BGPAdvertisement of its pool selects: nothing announces it \
-         (BGPAdvertisement spec.nodeSelectors, or where its Pods run)"
+         on worker-1, which no BGPAdvertisement of IPAddressPool edge selects (they select edge-1, \
+         edge-2): nothing announces it (BGPAdvertisement spec.nodeSelectors, or where its \
+         Pods run)"
     );
 
     // Fixed: the advertisement selects every node; worker-1 announces, no warning.

@@ -10,7 +10,7 @@
 //! Layer 2 assumes every Node runs a live speaker (membership as the
 //! speakers see it is not in the objects).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -235,7 +235,14 @@ pub fn service(
     if in_pool && !bgp_used && (l2_used || !ips.is_empty()) {
         bgp_nodes.clear();
     }
-    let mut warnings = warnings(&bgp_nodes, svc, key, slices);
+    // An externalTrafficPolicy Local Service whose endpoints run where no
+    // advertisement selects: the speakers' own warning (event and condition).
+    let local_unselected = svc.and_then(|svc| {
+        let whole = config::parse(resources).ok()?;
+        crate::warnings::local_endpoints_unselected(&whole, key, svc, slices)
+    });
+    let mut warnings: Vec<String> = local_unselected.iter().map(|w| w.message.clone()).collect();
+    warnings.extend(self::warnings(&bgp_nodes, svc, key));
     // The configuration's own warnings about the Service's pool (the
     // controller's NotAnnounceable events), judged on every Node.
     let pool_warnings = pool_selector_warnings(resources, &ips);
@@ -249,7 +256,7 @@ pub fn service(
         election,
         nodes: l2_nodes,
     });
-    if let (Some(l2), Some(svc)) = (&l2, svc)
+    if let (Some(l2), Some(svc), None) = (&l2, svc, &local_unselected)
         && services::traffic_policy_local(svc)
         && l2
             .election
@@ -452,43 +459,15 @@ fn hint(
     }
 }
 
-/// Service-level combinations: nodes with endpoints but no advertisement,
-/// announcements no peer receives.
-fn warnings(
-    nodes: &[NodeBgp],
-    svc: Option<&Service>,
-    key: &str,
-    slices: &[Arc<EndpointSlice>],
-) -> Vec<String> {
+/// Service-level combinations: announcements no peer receives (nodes with
+/// endpoints but no advertisement: [`crate::warnings`]).
+fn warnings(nodes: &[NodeBgp], svc: Option<&Service>, key: &str) -> Vec<String> {
     let mut out = Vec::new();
     let Some(svc) = svc else { return out };
     if !services::is_load_balancer(svc) {
         return out;
     }
     let announcing: Vec<&NodeBgp> = nodes.iter().filter(|n| n.announced).collect();
-    if services::traffic_policy_local(svc) && announcing.is_empty() {
-        let with_endpoints: BTreeSet<String> =
-            endpoints::nodes_with_serving_endpoints(slices, endpoints::Addresses::Required);
-        let unselected: Vec<&str> = nodes
-            .iter()
-            .filter(|n| {
-                with_endpoints.contains(&n.node)
-                    && matches!(
-                        n.reason.as_deref(),
-                        Some("notOwner" | "noMatchingAdvertisement")
-                    )
-            })
-            .map(|n| n.node.as_str())
-            .collect();
-        if !unselected.is_empty() && unselected.len() == with_endpoints.len() {
-            out.push(format!(
-                "Service {key} has spec.externalTrafficPolicy Local and its endpoints run only \
-                 on {}, which no BGPAdvertisement of its pool selects: nothing announces it \
-                 (BGPAdvertisement spec.nodeSelectors, or where its Pods run)",
-                unselected.join(", ")
-            ));
-        }
-    }
     if !announcing.is_empty() && announcing.iter().all(|n| n.routes.is_empty()) {
         out.push(format!(
             "Service {key} is announced by {} but to no BGPPeer: the advertisements' \

@@ -85,6 +85,14 @@ impl L2Ops for EdgeL2 {
             tracing::error!(service = owner, %ip, "the layer-2 driver stopped");
         }
     }
+
+    fn reannounce(&mut self) {
+        if let Some(h) = &self.handle
+            && h.reannounce().is_err()
+        {
+            tracing::error!("the layer-2 driver stopped");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -32,6 +32,8 @@ pub trait L2Ops {
     fn claim(&mut self, owner: &str, ip: IpAddr, allowed: AllowedInterfaces);
     /// `owner` no longer wants `ip`.
     fn release(&mut self, owner: &str, ip: IpAddr);
+    /// Announces every claimed address again (a new gratuitous burst).
+    fn reannounce(&mut self) {}
 }
 
 /// No layer-2 responder (BGP-only tests, or before one is started): claims
@@ -98,6 +100,17 @@ impl<O: L2Ops> L2Speaker<O> {
     /// Services announced from here, by key.
     pub fn announced(&self) -> impl Iterator<Item = &str> {
         self.held.keys().map(String::as_str)
+    }
+
+    /// Announces the addresses this node answers for again, when it answers
+    /// for any; returns how many. For a speaker that watches this node and
+    /// whose heartbeat came back: it may have answered for them meanwhile.
+    pub fn reannounce(&mut self) -> usize {
+        let n = self.held.values().map(|h| h.claimed.len()).sum();
+        if n > 0 {
+            self.ops.reannounce();
+        }
+        n
     }
 
     /// Services with an address whose interfaces are missing (to retry when

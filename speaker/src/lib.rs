@@ -28,3 +28,4 @@ pub mod liveness;
 pub mod metrics;
 pub mod node;
 pub mod node_config;
+pub mod warnings;

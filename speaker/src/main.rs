@@ -34,6 +34,7 @@ use daemon::events::{Events, Note};
 use daemon::health::{Heartbeat, Probes};
 use daemon::k8s_metrics::K8sClientMetrics;
 use k8s_openapi::api::core::v1::{ObjectReference, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -46,6 +47,7 @@ use speaker::decide::bgp::Options;
 use speaker::l2_edge::EdgeL2;
 use speaker::liveness::Liveness;
 use speaker::node::{LoadOutcome, NodeSpeaker};
+use speaker::warnings::{NodeWarnings, REASON_NOT_ANNOUNCEABLE};
 use status::configuration_state::{self, Component};
 use status::{
     Desired, FIELD_MANAGER_SPEAKER, KubeStatusApi, LabelScope, Labels, StatusWriter, SystemClock,
@@ -419,14 +421,18 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
     }
     let owner = status::own_pod_owner(client.clone(), &ns, &args.pod_name, &args.pod_uid).await;
 
-    // Events (`nodeAssigned`, `announceFailed`): sent by a task of their own, never by
+    // Events (`nodeAssigned`, `announceFailed`, `NotAnnounceable`): sent by a task of their own, never by
     // the loop.
     let (event_tx, mut event_rx) = tokio::sync::mpsc::channel::<(ObjectReference, Note)>(1024);
     tasks.push(tokio::spawn({
         let events = Events::new(client.clone(), "metallb-speaker", Some(node.clone()));
         async move {
             while let Some((r, note)) = event_rx.recv().await {
-                events.publish(&r, &note, Duration::from_secs(5)).await;
+                // A message of its own is an event of its own (a warning that changes
+                // is not a repeat of the old one).
+                events
+                    .publish_distinct(&r, &note, Duration::from_secs(5))
+                    .await;
             }
         }
     }));
@@ -504,6 +510,16 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
             .store();
         let mut synced = false;
         let mut config_pending = true;
+        // The whole configuration (every node's share): Service warnings are judged on it.
+        let mut whole: Option<config::Config> = None;
+        let mut node_warnings = NodeWarnings::default();
+        let mut state = StateReport {
+            component: component.clone(),
+            ns: ns.clone(),
+            owner: owner.clone(),
+            result: Ok(()),
+            config_warnings: Vec::new(),
+        };
         let mut batch: Option<Batch> = None;
         loop {
             heartbeat.beat();
@@ -560,35 +576,33 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
                         for c in outcome.closing {
                             tokio::spawn(c);
                         }
-                        let result: Result<(), &String> = match &outcome.loaded {
-                            Loaded::Invalid(e) => Err(e),
+                        state.result = match &outcome.loaded {
+                            Loaded::Invalid(e) => Err(e.clone()),
                             _ => Ok(()),
                         };
-                        let mut desired = configuration_state::desired(
-                            &component,
-                            &result,
-                            owner.clone(),
-                            configuration_state::now(),
-                        );
                         // Selector combinations that cannot overlap, judged on the
-                        // whole configuration (not this node's share of it).
-                        if result.is_ok() {
+                        // whole configuration (not this node's share of it), which
+                        // also judges the Services (`speaker::warnings`).
+                        if state.result.is_ok() {
                             let all_objects = view.resources();
-                            let warnings = config::parse(&all_objects)
-                                .map(|c| config::overlap::selector_warnings(&c, &all_objects.nodes))
+                            let parsed = config::parse(&all_objects).ok();
+                            let warnings = parsed
+                                .as_ref()
+                                .map(|c| config::overlap::selector_warnings(c, &all_objects.nodes))
                                 .unwrap_or_default();
-                            let warnings: Vec<String> =
+                            state.config_warnings =
                                 warnings.iter().map(ToString::to_string).collect();
-                            if !warnings.is_empty() {
-                                tracing::warn!(?warnings, "configuration warnings");
+                            if !state.config_warnings.is_empty() {
+                                tracing::warn!(warnings = ?state.config_warnings, "configuration warnings");
                             }
-                            desired.status = configuration_state::with_warnings(
-                                desired.status,
-                                &warnings,
-                                configuration_state::now(),
-                            );
+                            if parsed != whole {
+                                whole = parsed;
+                                all = true;
+                            }
+                        } else {
+                            state.config_warnings.clear();
                         }
-                        writer.set_desired(component.key(&ns), desired);
+                        state.write(&writer, &node_warnings);
                         all |= outcome.reprocess_all;
                     }
                 }
@@ -610,20 +624,34 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
             }
             if speaker.config().is_some() {
                 let started = std::time::Instant::now();
-                let n = if all {
-                    let mut every: Vec<String> = services
+                let every: Vec<String>;
+                let todo: &[String] = if all {
+                    let mut v: Vec<String> = services
                         .state()
                         .iter()
                         .map(|s| cluster_view::service_key(s))
                         .collect();
-                    // Services announced and gone from the cache.
-                    every.extend(speaker.announced().map(str::to_owned));
-                    every.sort();
-                    every.dedup();
-                    decide_services(&mut speaker, &view, &services, &every)
+                    // Services announced or warned about, and gone from the cache.
+                    v.extend(speaker.announced().map(str::to_owned));
+                    v.extend(node_warnings.keys().map(str::to_owned));
+                    v.sort();
+                    v.dedup();
+                    every = v;
+                    &every
                 } else {
-                    decide_services(&mut speaker, &view, &services, &keys)
+                    &keys
                 };
+                let mut judge = Judge {
+                    node: &node,
+                    whole: whole.as_ref(),
+                    warnings: &mut node_warnings,
+                    events: &out.events,
+                    changed: false,
+                };
+                let n = decide_services(&mut speaker, &view, &services, todo, &mut judge);
+                if judge.changed {
+                    state.write(&writer, &node_warnings);
+                }
                 let sent = speaker.publish();
                 if n > 0 {
                     tracing::debug!(
@@ -685,6 +713,13 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
                         let Some(ev) = ev else {
                             anyhow::bail!("the membership protocol stopped");
                         };
+                        if let membership::Event::WatcherUp { node: watcher } = &ev {
+                            // It may have answered for this node's addresses meanwhile.
+                            let n = speaker.l2().reannounce();
+                            if n > 0 {
+                                tracing::info!(watcher, addresses = n, "a speaker watching this one is back: announcing its layer-2 addresses again");
+                            }
+                        }
                         if let Some(live) = on_membership(&mut liveness, ev)
                             && speaker.set_live(live)
                         {
@@ -826,6 +861,13 @@ fn on_membership(
             tracing::info!(owner = node, "owner back");
             None
         }
+        Event::WatcherUp { node } => {
+            tracing::debug!(
+                watcher = node,
+                "heartbeat with a speaker watching this one up"
+            );
+            None
+        }
         Event::Rejoined { generation } => {
             tracing::warn!(
                 generation,
@@ -860,11 +902,84 @@ fn node_facts(nodes: &Store<k8s_openapi::api::core::v1::Node>) -> BTreeMap<Strin
 }
 
 /// Decides each Service of `keys` again; returns how many.
+/// Reports the Service warnings of this node ([`speaker::warnings`]): a Warning
+/// event on the Service when one appears or changes, and whether the set changed
+/// (the ConfigurationState follows).
+struct Judge<'a> {
+    node: &'a str,
+    whole: Option<&'a config::Config>,
+    warnings: &'a mut NodeWarnings,
+    events: &'a tokio::sync::mpsc::Sender<(ObjectReference, Note)>,
+    changed: bool,
+}
+
+impl Judge<'_> {
+    fn service(&mut self, key: &str, svc: Option<&Service>, slices: &[Arc<EndpointSlice>]) {
+        let found = match (self.whole, svc) {
+            (Some(whole), Some(svc)) => {
+                speaker::warnings::local_endpoints_unselected(whole, key, svc, slices)
+            }
+            _ => None,
+        };
+        // Reported by the nodes that host the endpoints.
+        let here = found
+            .filter(|w| w.endpoint_nodes.contains(self.node))
+            .map(|w| w.message);
+        let (new, changed) = self.warnings.set(key, here);
+        self.changed |= changed;
+        if let Some(message) = new {
+            tracing::warn!(service = key, warning = message, "Service not announceable");
+            let note = Note {
+                warning: true,
+                reason: REASON_NOT_ANNOUNCEABLE.into(),
+                message,
+            };
+            if self.events.try_send((service_ref(key), note)).is_err() {
+                tracing::debug!(service = key, "event queue full: event dropped");
+            }
+        }
+    }
+}
+
+/// What `speaker-<node>`'s ConfigurationState says: the configuration's outcome,
+/// its warnings, and this node's Service warnings.
+struct StateReport {
+    component: Component,
+    ns: String,
+    owner: Option<OwnerReference>,
+    result: Result<(), String>,
+    config_warnings: Vec<String>,
+}
+
+impl StateReport {
+    fn write(&self, writer: &StatusWriter<ConfigurationState>, services: &NodeWarnings) {
+        let mut desired = configuration_state::desired(
+            &self.component,
+            &self.result,
+            self.owner.clone(),
+            configuration_state::now(),
+        );
+        let mut warnings = if self.result.is_ok() {
+            self.config_warnings.clone()
+        } else {
+            Vec::new()
+        };
+        warnings.extend(services.messages());
+        desired.status = configuration_state::with_warnings(
+            desired.status,
+            &warnings,
+            configuration_state::now(),
+        );
+        writer.set_desired(self.component.key(&self.ns), desired);
+    }
+}
+
 fn decide_services(
     speaker: &mut Speaker,
     view: &ClusterView,
     services: &Store<Service>,
     keys: &[String],
+    judge: &mut Judge<'_>,
 ) -> usize {
     for key in keys {
         let (ns, name) = key.split_once('/').unwrap_or(("", key));
@@ -875,6 +990,7 @@ fn decide_services(
             log_decision(key, "bgp", &d.result, d.changed);
             log_decision(key, "layer2", &d.l2, d.l2_changed);
         }
+        judge.service(key, svc.as_deref(), &slices);
     }
     keys.len()
 }

@@ -46,6 +46,9 @@ impl L2Ops for FakeL2 {
             .or_default()
             .insert(owner.to_owned(), allowed);
     }
+    fn reannounce(&mut self) {
+        self.0.lock().unwrap().calls.push("reannounce".into());
+    }
     fn release(&mut self, owner: &str, ip: IpAddr) {
         let mut r = self.0.lock().unwrap();
         r.calls.push(format!("release {owner} {ip}"));
@@ -274,11 +277,17 @@ fn takeover_and_release_follow_the_live_speakers() {
     assert_eq!(h.l2.take_calls(), Vec::<String>::new());
     assert!(h.node.take_effects().is_empty());
     assert_eq!(h.node.announced().collect::<Vec<_>>(), ["default/web"]);
+    // A watcher's heartbeat is back: the held address is announced again.
+    assert_eq!(h.node.l2().reannounce(), 1);
+    assert_eq!(h.l2.take_calls(), ["reannounce"]);
 
     // The owner is back (the hash moves it back): node-1 releases.
     assert!(h.node.set_live(all));
     h.decide("web", &[&ip]);
     assert_eq!(h.l2.take_calls(), [format!("release default/web {ip}")]);
+    // Holding nothing, nothing is announced again.
+    assert_eq!(h.node.l2().reannounce(), 0);
+    assert_eq!(h.l2.take_calls(), Vec::<String>::new());
     assert!(!h.l2.answered(&ip));
     let fx = h.node.take_effects();
     assert_eq!(

@@ -168,6 +168,7 @@ enum Command {
     Claim(String, IpAddr, AllowedInterfaces),
     Release(String, IpAddr),
     ReleaseOwner(String),
+    Reannounce,
 }
 
 /// The driver stopped: its task ended.
@@ -195,6 +196,7 @@ impl std::fmt::Debug for Command {
             Command::Claim(o, ip, a) => write!(f, "Claim({o:?}, {ip}, {a:?})"),
             Command::Release(o, ip) => write!(f, "Release({o:?}, {ip})"),
             Command::ReleaseOwner(o) => write!(f, "ReleaseOwner({o:?})"),
+            Command::Reannounce => write!(f, "Reannounce"),
         }
     }
 }
@@ -248,6 +250,11 @@ impl L2Handle {
         self.commands
             .send(Command::Release(owner.into(), ip))
             .map_err(|_| Stopped)
+    }
+
+    /// Announces every owned address again ([`L2State::reannounce`]).
+    pub fn reannounce(&self) -> Result<(), Stopped> {
+        self.commands.send(Command::Reannounce).map_err(|_| Stopped)
     }
 
     /// Releases every claim of `owner` ([`L2State::release_owner`]).
@@ -625,6 +632,11 @@ impl Driver {
             Command::Claim(owner, ip, allowed) => lock(&self.state).claim(now, &owner, ip, allowed),
             Command::Release(owner, ip) => lock(&self.state).release(now, &owner, &ip),
             Command::ReleaseOwner(owner) => lock(&self.state).release_owner(now, &owner),
+            Command::Reannounce => {
+                let n = lock(&self.state).reannounce(now);
+                tracing::debug!(addresses = n, "announcing every owned address again");
+                Vec::new()
+            }
         };
         if !changes.is_empty() {
             self.sync_groups(now);

@@ -25,7 +25,8 @@ use testkit::{FrrConfig, LabOptions, NsChild, plan};
 const USAGE: &str = "\
 usage: demo-network --ip ADDR [--settle SECONDS] [--run-speaker --kubeconfig PATH
                     --speaker-bin PATH [--namespace NS] [--kubectl PATH]
-                    [--metallbctl PATH] [--ml-labels LABELS [--ml-key-dir DIR]]]
+                    [--metallbctl PATH [--explain NS/NAME]]
+                    [--ml-labels LABELS [--ml-key-dir DIR]]]
                     [--expect-speaker] [--expect-l2] [--expect-failover]
 
 The network half of lab/demo, in the test kit's network namespaces (needs root and the
@@ -45,7 +46,11 @@ kit's tools: scripts/setup --demo installs them):
                      while they run (with
                      the KUBECONFIG of this process's environment)
   --metallbctl PATH  with --run-speaker: show `metallbctl status -n NS` while they run
-                     (same KUBECONFIG)
+                     (same KUBECONFIG); with --expect-speaker, check that it lists every
+                     speaker Valid and a Service with ADDR announced
+  --explain NS/NAME  with --metallbctl: show `metallbctl explain service NS/NAME` while
+                     they run; with --expect-speaker, check that it exits 0 (announced)
+                     and that its layer-2 winner is the node the client resolves ADDR to
   --expect-speaker   also check the speaker's BGP promises: every IPv4 session
                      Established and a route to ADDR in the router (without it they are
                      shown, not checked)
@@ -124,6 +129,7 @@ fn run() -> Result<bool> {
     let mut speaker_bin: Option<String> = None;
     let mut kubectl: Option<String> = None;
     let mut metallbctl: Option<String> = None;
+    let mut explain: Option<String> = None;
     let mut namespace = "metallb-system".to_string();
     let mut ml_labels: Option<String> = None;
     let mut ml_key_dir: Option<String> = None;
@@ -142,6 +148,7 @@ fn run() -> Result<bool> {
             }
             "--kubectl" => kubectl = Some(args.next().context("--kubectl needs a path")?),
             "--metallbctl" => metallbctl = Some(args.next().context("--metallbctl needs a path")?),
+            "--explain" => explain = Some(args.next().context("--explain needs NS/NAME")?),
             "--namespace" => namespace = args.next().context("--namespace needs a name")?,
             "--ml-labels" => ml_labels = Some(args.next().context("--ml-labels needs labels")?),
             "--ml-key-dir" => ml_key_dir = Some(args.next().context("--ml-key-dir needs a path")?),
@@ -420,13 +427,15 @@ fn run() -> Result<bool> {
             eprint!("{}", String::from_utf8_lossy(&out.stderr));
         }
         if let Some(metallbctl) = &metallbctl {
-            println!("\n$ metallbctl status -n {namespace}   (while the speakers run)");
-            let out = std::process::Command::new(metallbctl)
-                .args(["status", "-n", &namespace])
-                .output()
-                .with_context(|| format!("running {metallbctl}"))?;
-            print!("{}", String::from_utf8_lossy(&out.stdout));
-            eprint!("{}", String::from_utf8_lossy(&out.stderr));
+            show_metallbctl(
+                metallbctl,
+                &namespace,
+                ip,
+                explain.as_deref(),
+                speakers.len(),
+                expect_speaker,
+                &mut checks,
+            )?;
         }
         if ml_labels.is_some() {
             failover(
@@ -584,4 +593,97 @@ fn api_port(kubeconfig: &str) -> Result<u16> {
     rest.trim_end_matches('/')
         .parse()
         .with_context(|| format!("{kubeconfig}: the port of {server}"))
+}
+
+/// `metallbctl status -n NS` and, with `explain`, `metallbctl explain service
+/// NS/NAME`, shown while the speakers run, then checked (promised with
+/// `expect`): every speaker's ConfigurationState Valid and a Service holding
+/// `ip` announced; the explanation announced (exit 0) with the layer-2 winner
+/// that `status` names as the announcing node.
+fn show_metallbctl(
+    metallbctl: &str,
+    namespace: &str,
+    ip: Ipv4Addr,
+    explain: Option<&str>,
+    speakers: usize,
+    expect: bool,
+    checks: &mut Checks,
+) -> Result<()> {
+    let run = |args: &[&str]| -> Result<(Option<i32>, String)> {
+        let out = std::process::Command::new(metallbctl)
+            .args(args)
+            .output()
+            .with_context(|| format!("running {metallbctl}"))?;
+        eprint!("{}", String::from_utf8_lossy(&out.stderr));
+        Ok((
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        ))
+    };
+    println!("\n$ metallbctl status -n {namespace}   (while the speakers run)");
+    let (_, text) = run(&["status", "-n", namespace])?;
+    print!("{text}");
+    let (code, json) = run(&["status", "-n", namespace, "-o", "json"])?;
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
+    let valid = v["components"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| {
+            c["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("speaker-"))
+                && c["result"] == "Valid"
+        })
+        .count();
+    checks.add(
+        expect,
+        "metallbctl status: every speaker's configuration Valid".to_string(),
+        code == Some(0) && valid == speakers,
+        format!("exit {code:?}, {valid} of {speakers} speakers Valid"),
+    );
+    let svc = v["services"].as_array().into_iter().flatten().find(|s| {
+        s["ips"]
+            .as_array()
+            .is_some_and(|ips| ips.iter().any(|i| i == &serde_json::json!(ip.to_string())))
+    });
+    let announcers: Vec<String> = [("bgp", "bgp"), ("l2", "layer2")]
+        .into_iter()
+        .flat_map(|(field, proto)| {
+            svc.and_then(|s| s[field].as_object())
+                .into_iter()
+                .flatten()
+                .map(move |(node, _)| format!("{node} ({proto})"))
+        })
+        .collect();
+    checks.add(
+        expect,
+        format!("metallbctl status: the Service with {ip} and who announces it"),
+        svc.is_some() && !announcers.is_empty(),
+        match svc {
+            Some(s) => format!("{} announced by {}", s["service"], announcers.join(", ")),
+            None => format!("no Service with {ip}"),
+        },
+    );
+    let Some(key) = explain else { return Ok(()) };
+    println!("\n$ metallbctl explain service {key} -n {namespace}   (while the speakers run)");
+    let (_, text) = run(&["explain", "service", key, "-n", namespace])?;
+    print!("{text}");
+    let (code, json) = run(&["explain", "service", key, "-n", namespace, "-o", "json"])?;
+    let e: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
+    let winner = e["l2"]["election"]["candidates"][0]["node"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let l2_by_status: Vec<&String> = announcers
+        .iter()
+        .filter(|a| a.ends_with("(layer2)"))
+        .collect();
+    checks.add(
+        expect,
+        format!("metallbctl explain service {key}: announced, the L2 winner is who answers"),
+        code == Some(0) && !winner.is_empty() && l2_by_status == [&format!("{winner} (layer2)")],
+        format!("exit {code:?}, election winner {winner:?}, status says {l2_by_status:?}"),
+    );
+    Ok(())
 }

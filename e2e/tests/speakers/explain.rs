@@ -73,9 +73,12 @@ async fn start_controller(sl: &SpeakerLab) -> Result<Process> {
 
 /// `metallbctl explain service NS/NAME` on the live objects: exit status, output.
 async fn explain(sl: &SpeakerLab, svc: &str, json: bool) -> Result<(Option<i32>, String)> {
-    let bin = workspace_binary(sl.lab.repo(), "metallbctl", "metallbctl")?;
+    metallbctl_as(sl, &explain_args(sl, svc, json), &sl.lab.env.kubeconfig).await
+}
+
+fn explain_args(sl: &SpeakerLab, svc: &str, json: bool) -> Vec<String> {
     let key = format!("{}/{svc}", sl.namespace());
-    let mut args = vec![
+    let mut args: Vec<String> = [
         "explain",
         "service",
         key.as_str(),
@@ -85,23 +88,36 @@ async fn explain(sl: &SpeakerLab, svc: &str, json: bool) -> Result<(Option<i32>,
         sl.lb_class(),
         "--timeout",
         "10",
-    ];
+    ]
+    .map(str::to_owned)
+    .to_vec();
     if json {
-        args.extend_from_slice(&["-o", "json"]);
+        args.extend(["-o".to_owned(), "json".to_owned()]);
     }
+    args
+}
+
+/// metallbctl with `args` and `kubeconfig`: exit code and stdout (stderr must be
+/// empty: a refused request shows there).
+async fn metallbctl_as(
+    sl: &SpeakerLab,
+    args: &[String],
+    kubeconfig: &std::path::Path,
+) -> Result<(Option<i32>, String)> {
+    let bin = workspace_binary(sl.lab.repo(), "metallbctl", "metallbctl")?;
     let out = tokio::time::timeout(
         Duration::from_secs(30),
         tokio::process::Command::new(bin)
-            .args(&args)
-            .env("KUBECONFIG", &sl.lab.env.kubeconfig)
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
             .kill_on_drop(true)
             .output(),
     )
     .await
-    .context("metallbctl explain: no end within 30 s")??;
+    .with_context(|| format!("metallbctl {args:?}: no end within 30 s"))??;
     ensure!(
         out.stderr.is_empty(),
-        "metallbctl explain: {}",
+        "metallbctl {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     Ok((
@@ -155,11 +171,16 @@ async fn warning_condition(sl: &SpeakerLab, node: &str) -> Result<(String, Optio
 
 /// Waits until speaker-node-1's warning condition contains `want` (`None`: has none).
 async fn wait_condition(sl: &SpeakerLab, want: Option<&str>) -> Result<()> {
+    wait_condition_of(sl, "node-1", want).await
+}
+
+/// Waits until speaker-`node`'s warning condition contains `want` (`None`: has none).
+async fn wait_condition_of(sl: &SpeakerLab, node: &str, want: Option<&str>) -> Result<()> {
     wait_until(
-        &format!("speaker-node-1 Valid, warning condition {want:?}"),
+        &format!("speaker-{node} Valid, warning condition {want:?}"),
         Duration::from_secs(15),
         || async {
-            let (result, msg) = warning_condition(sl, "node-1")
+            let (result, msg) = warning_condition(sl, node)
                 .await
                 .map_err(|e| format!("{e:#}"))?;
             let ok = result == "Valid"
@@ -442,12 +463,26 @@ async fn an_l2_advertisement_excluding_every_local_endpoint_is_explained_then_an
             })
             .collect();
         ensure!(l2.iter().all(|(_, a)| !a), "{l2:?}");
-        // A Service-level combination (it depends on where the Pods run): neither a
-        // configuration warning nor a controller event (the controller does not watch
-        // EndpointSlices); explain is where it shows.
-        let (result, cond) = warning_condition(&sl, "node-1").await?;
-        ensure!(result == "Valid" && cond.is_none(), "{result} {cond:?}");
-        ensure!(not_announceable(&sl, "local").await?.is_empty());
+        // A Service-level combination (it depends on where the Pods run): the speaker
+        // of the node hosting the endpoint reports it, as a Warning event on the
+        // Service and a warning condition of its ConfigurationState (still Valid);
+        // the other speakers' conditions stay clear.
+        let want = format!(
+            "Service {}/local has spec.externalTrafficPolicy Local and its endpoints run only \
+             on node-2, which no L2Advertisement of IPAddressPool pool selects (they select node-1)",
+            sl.namespace()
+        );
+        ensure!(w.contains(&want), "explain says what the speakers say: {w}");
+        wait_condition_of(&sl, "node-2", Some(&want)).await?;
+        let ev = wait_event(&sl, "local", &want).await?;
+        println!("--- (a) events: {ev:?}");
+        for node in ["node-1", "node-3"] {
+            let (result, cond) = warning_condition(&sl, node).await?;
+            ensure!(
+                result == "Valid" && cond.is_none(),
+                "{node}: {result} {cond:?}"
+            );
+        }
 
         // Fixed: the advertisement also selects node-2, where the Pod runs.
         sl.label_node("node-2", &key, Some("l2")).await?;
@@ -457,8 +492,74 @@ async fn an_l2_advertisement_excluding_every_local_endpoint_is_explained_then_an
             "{}",
             v["warnings"]
         );
+        // Cleared: no condition left on node-2.
+        wait_condition_of(&sl, "node-2", None).await?;
         let (_, text) = explain(&sl, "local", false).await?;
         println!("--- (a) fixed, explain:\n{text}");
+
+        // (c) A viewer (metallbctl/rbac/viewer.yaml: get and list, no Secrets) reads the
+        // same explanation and status as the administrator.
+        let viewer = format!("{}-viewer", sl.namespace());
+        let rbac = std::fs::read_to_string(sl.lab.repo().join("metallbctl/rbac/viewer.yaml"))?
+            .replace("metallbctl-viewer", &viewer)
+            .replace(
+                "namespace: metallb-system",
+                &format!("namespace: {}", sl.namespace()),
+            );
+        sl.lab
+            .kubectl_ok(&["apply", "-f", "-"], Some(&rbac))
+            .await?;
+        let r = async {
+            let dir = e2e::process::Process::scratch_dir("explain-viewer")?;
+            let kc = sl
+                .lab
+                .service_account_kubeconfig(&dir, sl.namespace(), &viewer)
+                .await?;
+            // The binding reaches the authorizer's cache within moments.
+            let mut as_viewer = metallbctl_as(&sl, &explain_args(&sl, "local", false), &kc).await;
+            for _ in 0..50 {
+                if as_viewer.is_ok() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                as_viewer = metallbctl_as(&sl, &explain_args(&sl, "local", false), &kc).await;
+            }
+            let (code, viewer_text) = as_viewer?;
+            ensure!(code == Some(0), "exit {code:?}: {viewer_text}");
+            let (_, admin_text) = explain(&sl, "local", false).await?;
+            ensure!(
+                viewer_text == admin_text,
+                "the viewer's explanation differs:\n{viewer_text}\nthe administrator's:\n{admin_text}"
+            );
+            let status = ["status", "-n", sl.namespace(), "-o", "json"].map(str::to_owned);
+            let (code, out) = metallbctl_as(&sl, &status, &kc).await?;
+            ensure!(code == Some(0), "metallbctl status as a viewer: exit {code:?}: {out}");
+            let v: Value = serde_json::from_str(&out)?;
+            let svc = v["services"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|s| s["service"] == format!("{}/local", sl.namespace()));
+            ensure!(
+                svc.is_some_and(|s| s["l2"].get("node-2").is_some()),
+                "the viewer's status names node-2 answering for local: {out}"
+            );
+            anyhow::Ok(())
+        }
+        .await;
+        let _ = sl
+            .lab
+            .kubectl(
+                &[
+                    "delete",
+                    "clusterrole,clusterrolebinding",
+                    &viewer,
+                    "--ignore-not-found",
+                ],
+                None,
+            )
+            .await;
+        r?;
         anyhow::Ok(())
     };
     let r = body.await;

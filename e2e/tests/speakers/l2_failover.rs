@@ -64,10 +64,7 @@ async fn neighbour_moves(sl: &SpeakerLab, ip: &str, mac: &str, since: Instant) -
 }
 
 /// Makes sure the client has a neighbour entry for `ip` on `mac` (a datagram makes the
-/// kernel resolve it). An entry on another MAC is deleted first: after a cut cable is
-/// restored, the owner (which never stopped owning the address in its own view) sends no
-/// new gratuitous ARP, so the client keeps the interim owner's MAC until its entry goes
-/// stale (MetalLB behaves the same, its issue #584; see the README's split-brain notes).
+/// kernel resolve it), fresh before a round. An entry on another MAC is deleted first.
 async fn resolve(sl: &SpeakerLab, ip: &str, mac: &str) -> Result<()> {
     let client_if = sl.net.net.l2_iface("client").to_owned();
     wait_until(
@@ -264,6 +261,26 @@ async fn scenario(sl: &mut SpeakerLab) -> Result<()> {
             "after {fault} and back the owner is {again}, want {owner}"
         );
         eprintln!("TIMING l2 failback after {fault}: {:?}", back.elapsed());
+        // The client follows without help: a restarted owner claims the address anew
+        // (gratuitous ARP); after a cut, the owner never stopped owning it in its own
+        // view and announces it again when the successor's heartbeat is back (the
+        // successor watches it again once it releases the address).
+        let returned = Instant::now();
+        wait_until(
+            &format!("the client's entry for {ip_s} back on {owner}'s MAC after {fault}"),
+            Duration::from_secs(8),
+            || async {
+                match neighbour(sl, &ip_s).map_err(|e| format!("{e:#}"))? {
+                    Some((m, _)) if m == mac_of[&owner] => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await?;
+        eprintln!(
+            "TIMING l2 client back on {owner} after {fault}: {:?} after the failback",
+            returned.elapsed()
+        );
         resolve(sl, &ip_s, &mac_of[&owner]).await?;
         one_answer(sl, &ip_s, &mac_of[&owner])?;
     }
