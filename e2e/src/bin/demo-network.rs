@@ -681,7 +681,10 @@ fn show_metallbctl(
         .collect();
     checks.add(
         expect,
-        format!("metallbctl explain service {key}: announced, the L2 winner is who answers"),
+        format!(
+            "metallbctl explain service {key}: announced, its L2 election winner the node \
+             ServiceL2Status names"
+        ),
         code == Some(0) && !winner.is_empty() && l2_by_status == [&format!("{winner} (layer2)")],
         format!("exit {code:?}, election winner {winner:?}, status says {l2_by_status:?}"),
     );
