@@ -286,7 +286,18 @@ struct FastDown {
     /// Times foca showed a newer incarnation that was not followed by any
     /// word from the owner, and the suspicion was raised again at it.
     resuspects: u8,
+    /// When this node last sent the owner its full state (which holds the
+    /// owner's suspicion), on hearing from it.
+    told_ns: Option<u64>,
 }
+
+/// How often an owner declared down that this node hears from is sent this
+/// node's full state (its suspicion among it) so that it refutes at once.
+/// Without it the owner learns it is suspected only if the suspicion's
+/// gossip is still running (it is not after a cut of a second or more: foca
+/// spends its transmissions while the cable is cut) or at the next full
+/// sync (30 s): the lab saw a 27 s failback after a 2 s cut.
+const TELL_SUSPECT_EVERY_NS: u64 = 1_000_000_000;
 
 /// A newer incarnation of an owner declared down, learnt only through
 /// other members' gossip, is taken as stale news (the suspicion is raised
@@ -563,10 +574,22 @@ impl Core {
             }
         };
         self.counters.received[kind.index()] += 1;
+        let mut tell = false;
         for down in self.fast_down.values_mut() {
             if down.id.addr == from {
                 down.heard = true;
+                if down
+                    .told_ns
+                    .is_none_or(|at| now.saturating_sub(at) >= TELL_SUSPECT_EVERY_NS)
+                {
+                    down.told_ns = Some(now);
+                    tell = true;
+                }
             }
+        }
+        if tell {
+            debug!(%from, "an owner declared down is heard: telling it it is suspected");
+            self.send_state(from, false);
         }
         if kind == Kind::Swim {
             let result = self.foca.handle_data(&body, &mut self.runtime);
@@ -1098,6 +1121,7 @@ impl Core {
                 incarnation,
                 heard: false,
                 resuspects: 0,
+                told_ns: None,
             },
         );
         let suspect = Member::new(id, incarnation, State::Suspect);

@@ -216,6 +216,46 @@ fn the_owner_is_told_when_its_watcher_is_back() {
     assert!(at - resumed_at <= 4 * SEC);
 }
 
+/// An owner cut from every speaker for a moment (shorter than its own
+/// suspicion of them) is declared down on the fast path; once the cut heals
+/// it is live again within seconds, whoever hears it first: the watcher
+/// that declared it down tells it it is suspected as soon as it hears it,
+/// rather than at the next full sync (30 s) or never.
+#[test]
+fn an_owner_cut_briefly_is_back_soon_after_the_cut_heals() {
+    let mut worst = 0;
+    for seed in 40..52 {
+        let mut sim = watched_cluster(3, seed);
+        let cut_at = sim.now;
+        sim.isolate(0);
+        sim.run_for(1500 * MS);
+        assert!(
+            sim.first_event(1, cut_at, |e| owner_down(e, &name(0)))
+                .is_some(),
+            "seed {seed}: declared down"
+        );
+        let healed_at = sim.now;
+        sim.heal();
+        sim.run_for(10 * SEC);
+        let (at, _) = sim
+            .first_event(
+                1,
+                healed_at,
+                |e| matches!(e, Event::OwnerBack { node } if *node == name(0)),
+            )
+            .unwrap_or_else(|| panic!("seed {seed}: the owner is back within 10 s"));
+        worst = worst.max(at - healed_at);
+        for i in 0..3 {
+            assert!(
+                sim.nodes[i].core.live().contains(&name(0)),
+                "seed {seed} node {i}"
+            );
+        }
+    }
+    println!("owner back at most {} ms after the cut healed", worst / MS);
+    assert!(worst <= 3 * SEC, "worst {} ms", worst / MS);
+}
+
 #[test]
 fn graceful_leave_is_seen_at_once() {
     let mut sim = watched_cluster(5, 5);
