@@ -187,41 +187,16 @@ impl ControllerSetup {
         extra: &[&str],
         kubeconfig: &std::path::Path,
     ) -> Result<RunningController> {
-        let health = free_port()?;
-        let health_s = health.to_string();
-        let mut args = vec![
-            "--log-format",
-            "text",
-            "--health-probe-port",
-            &health_s,
-            "--health-probe-bind-address",
-            "127.0.0.1",
-            "--lb-class",
-            &self.lb_class,
-        ];
-        if !extra.contains(&"--port") {
-            // No metrics server unless the test asks for one.
-            args.extend_from_slice(&["--port", "0"]);
-        }
-        if !extra.contains(&"--webhook-port") {
-            // No webhook unless the test asks for one (each would bind 9443 on the host).
-            args.extend_from_slice(&["--webhook-mode", "disabled"]);
-        }
-        args.extend_from_slice(extra);
-        let kubeconfig = kubeconfig.to_str().context("kubeconfig path")?;
-        let mut process = Process::spawn(
+        start_controller_process(
             &self.bin,
-            &args,
-            &[
-                ("KUBECONFIG", kubeconfig),
-                ("METALLB_NAMESPACE", self.namespace()),
-                ("METALLB_POD_NAME", name),
-            ],
             &self.dir,
+            kubeconfig,
+            self.namespace(),
+            &self.lb_class,
             name,
-        )?;
-        wait_ready(&mut process, name, health).await?;
-        Ok(RunningController { process, health })
+            extra,
+        )
+        .await
     }
 
     /// A second ServiceAccount `name` with the same RBAC (so the audit log tells
@@ -340,6 +315,56 @@ impl ControllerSetup {
         }
         self.ns.delete().await
     }
+}
+
+/// Starts the controller `bin` as process `name` (log `<dir>/<name>.log`) for
+/// `namespace` and `lb_class`, with `kubeconfig` and `extra` arguments (no metrics
+/// server without `--port`, no webhook without `--webhook-port`), and waits until
+/// `/readyz` answers 200.
+pub async fn start_controller_process(
+    bin: &std::path::Path,
+    dir: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    namespace: &str,
+    lb_class: &str,
+    name: &str,
+    extra: &[&str],
+) -> Result<RunningController> {
+    let health = free_port()?;
+    let health_s = health.to_string();
+    let mut args = vec![
+        "--log-format",
+        "text",
+        "--health-probe-port",
+        &health_s,
+        "--health-probe-bind-address",
+        "127.0.0.1",
+        "--lb-class",
+        lb_class,
+    ];
+    if !extra.contains(&"--port") {
+        // No metrics server unless the test asks for one.
+        args.extend_from_slice(&["--port", "0"]);
+    }
+    if !extra.contains(&"--webhook-port") {
+        // No webhook unless the test asks for one (each would bind 9443 on the host).
+        args.extend_from_slice(&["--webhook-mode", "disabled"]);
+    }
+    args.extend_from_slice(extra);
+    let kubeconfig = kubeconfig.to_str().context("kubeconfig path")?;
+    let mut process = Process::spawn(
+        bin,
+        &args,
+        &[
+            ("KUBECONFIG", kubeconfig),
+            ("METALLB_NAMESPACE", namespace),
+            ("METALLB_POD_NAME", name),
+        ],
+        dir,
+        name,
+    )?;
+    wait_ready(&mut process, name, health).await?;
+    Ok(RunningController { process, health })
 }
 
 /// Waits (30 s) until `process`'s `/readyz` on `health` answers 200; the error holds

@@ -361,6 +361,24 @@ impl SpeakerLab {
         self.setup.namespace()
     }
 
+    /// `(result, the ConfigurationWarnings condition)` of speaker-`node`'s
+    /// ConfigurationState.
+    pub async fn configuration_warnings(&self, node: &str) -> Result<(String, Option<Value>)> {
+        let o = self
+            .lab
+            .metallb(&self.lab.client, self.namespace(), "ConfigurationState")
+            .get(&format!("speaker-{node}"))
+            .await?;
+        let s = &o.data["status"];
+        let cond = s["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "ConfigurationWarnings")
+            .cloned();
+        Ok((s["result"].as_str().unwrap_or_default().to_owned(), cond))
+    }
+
     /// The speakers' `--lb-class`.
     pub fn lb_class(&self) -> &str {
         &self.setup.lb_class

@@ -237,15 +237,19 @@ pub fn service(
     }
     // An externalTrafficPolicy Local Service whose endpoints run where no
     // advertisement selects: the speakers' own warning (event and condition).
-    let local_unselected = svc.and_then(|svc| {
-        let whole = config::parse(resources).ok()?;
-        crate::warnings::local_endpoints_unselected(&whole, key, svc, slices)
+    // Both judged on the whole configuration (every node's share), parsed once.
+    let whole = config::parse(resources).ok();
+    let local_unselected = whole.as_ref().zip(svc).and_then(|(whole, svc)| {
+        crate::warnings::local_endpoints_unselected(whole, key, svc, slices)
     });
     let mut warnings: Vec<String> = local_unselected.iter().map(|w| w.message.clone()).collect();
     warnings.extend(self::warnings(&bgp_nodes, svc, key));
     // The configuration's own warnings about the Service's pool (the
     // controller's NotAnnounceable events), judged on every Node.
-    let pool_warnings = pool_selector_warnings(resources, &ips);
+    let pool_warnings = whole
+        .as_ref()
+        .map(|c| pool_selector_warnings(c, resources, &ips))
+        .unwrap_or_default();
     if in_pool && !bgp_used && !l2_used && !ips.is_empty() && pool_warnings.is_empty() {
         warnings.push(format!(
             "no L2Advertisement or BGPAdvertisement selects the IPAddressPool of Service {key} \
@@ -288,12 +292,13 @@ pub fn service(
 }
 
 /// `config::overlap`'s warnings about the pool of `ips` (or an advertisement
-/// of it), on the whole configuration and every Node; none when it is invalid
-/// (each node's reason says so).
-fn pool_selector_warnings(resources: &Resources, ips: &[String]) -> Vec<String> {
-    let Ok(config) = config::parse(resources) else {
-        return Vec::new();
-    };
+/// of it), on the whole configuration `config` (parsed from `resources`) and
+/// every Node. An invalid configuration has none (each node's reason says so).
+fn pool_selector_warnings(
+    config: &config::Config,
+    resources: &Resources,
+    ips: &[String],
+) -> Vec<String> {
     let Some(pool) = ips
         .iter()
         .filter_map(|ip| ip.parse().ok())
@@ -301,8 +306,8 @@ fn pool_selector_warnings(resources: &Resources, ips: &[String]) -> Vec<String> 
     else {
         return Vec::new();
     };
-    let w = config::overlap::selector_warnings(&config, &resources.nodes);
-    config::overlap::by_pool(&config, &w)
+    let w = config::overlap::selector_warnings(config, &resources.nodes);
+    config::overlap::by_pool(config, &w)
         .remove(&pool.name)
         .unwrap_or_default()
 }

@@ -63,6 +63,16 @@ async fn lab_client() -> Result<Client> {
 /// the same kinds at any time.
 const LAB_USER: &str = "admin";
 
+/// The writes of [`LAB_USER`] to `resource` since `mark`: their total, or the
+/// per-verb lines (for a failure message).
+fn own_writes(mark: &str, resource: &str, total: bool) -> Result<String> {
+    let mut args = vec!["--since", mark, "--user", LAB_USER, "--resource", resource];
+    if total {
+        args.push("--total");
+    }
+    audit(&args)
+}
+
 fn audit(args: &[&str]) -> Result<String> {
     let out = Command::new(repo().join("lab/audit-count"))
         .args(args)
@@ -367,29 +377,14 @@ async fn service_l2_status_by_labels_adopted_after_a_restart_pruned_and_reowned_
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let writes = wait_for("six audited writes", async || {
-        let n = audit(&[
-            "--since",
-            &mark,
-            "--user",
-            LAB_USER,
-            "--resource",
-            "servicel2statuses",
-            "--total",
-        ])?;
+        let n = own_writes(&mark, "servicel2statuses", true)?;
         Ok((n == "6").then_some(n))
     })
     .await;
     assert!(
         writes.is_ok(),
         "writes creating 3 objects: {}",
-        audit(&[
-            "--since",
-            &mark,
-            "--user",
-            LAB_USER,
-            "--resource",
-            "servicel2statuses"
-        ])?
+        own_writes(&mark, "servicel2statuses", false)?
     );
     let uid_of = |list: &[ServiceL2Status], svc: &str| {
         list.iter()
@@ -560,29 +555,14 @@ async fn bgp_session_status_named_node_dash_peer_and_kept_across_a_restart() -> 
     assert_eq!(obj.status.context("status")?.bgp_status, "Established");
     // Writes: a's POST and status; b's refused POST, its POST and status.
     let writes = wait_for("five audited writes", async || {
-        let n = audit(&[
-            "--since",
-            &mark,
-            "--user",
-            LAB_USER,
-            "--resource",
-            "bgpsessionstatuses",
-            "--total",
-        ])?;
+        let n = own_writes(&mark, "bgpsessionstatuses", true)?;
         Ok((n == "5").then_some(n))
     })
     .await;
     assert!(
         writes.is_ok(),
         "{}",
-        audit(&[
-            "--since",
-            &mark,
-            "--user",
-            LAB_USER,
-            "--resource",
-            "bgpsessionstatuses"
-        ])?
+        own_writes(&mark, "bgpsessionstatuses", false)?
     );
     running_a.stop().await?;
 
@@ -595,18 +575,7 @@ async fn bgp_session_status_named_node_dash_peer_and_kept_across_a_restart() -> 
     settled(&a).await;
     assert_eq!(a.labeled_key(&peer("y")), Some(key_a.clone()));
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(
-        audit(&[
-            "--since",
-            &mark,
-            "--user",
-            LAB_USER,
-            "--resource",
-            "bgpsessionstatuses",
-            "--total"
-        ])?,
-        "0"
-    );
+    assert_eq!(own_writes(&mark, "bgpsessionstatuses", true)?, "0");
 
     for (w, p) in [(&a, "y"), (&b, "x-y")] {
         w.remove_labeled(peer(p));

@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use e2e::controller::http_get;
-use e2e::process::{Process, free_port, workspace_binary};
+use e2e::controller::{RunningController, start_controller_process};
+use e2e::process::{Process, workspace_binary};
 use e2e::speakers::{SpeakerLab, SpeakerLabOptions, netns_available, router_peer_spec};
 use e2e::{EndpointSpec, Lab, wait_until};
 use k8s_openapi::api::core::v1::Service;
@@ -24,51 +24,17 @@ use serde_json::{Value, json};
 
 /// The controller of the speakers' namespace and class (the lab's admin credential:
 /// its RBAC is checked elsewhere), ready.
-async fn start_controller(sl: &SpeakerLab) -> Result<Process> {
-    let bin = workspace_binary(sl.lab.repo(), "controller", "controller")?;
-    let health = free_port()?;
-    let health_s = health.to_string();
-    let dir = Process::scratch_dir("spk-explain-controller")?;
-    let kubeconfig = sl.lab.env.kubeconfig.to_str().context("kubeconfig path")?;
-    let mut p = Process::spawn(
-        &bin,
-        &[
-            "--log-format",
-            "text",
-            "--health-probe-port",
-            &health_s,
-            "--health-probe-bind-address",
-            "127.0.0.1",
-            "--lb-class",
-            sl.lb_class(),
-            "--port",
-            "0",
-            "--webhook-mode",
-            "disabled",
-        ],
-        &[
-            ("KUBECONFIG", kubeconfig),
-            ("METALLB_NAMESPACE", sl.namespace()),
-            ("METALLB_POD_NAME", "controller-e2e"),
-        ],
-        &dir,
-        "controller",
-    )?;
-    wait_until(
-        "controller /readyz 200",
-        Duration::from_secs(30),
-        || async {
-            match http_get(health, "/readyz").await {
-                Ok(b) if b.starts_with("HTTP/1.1 200 ") => Ok(()),
-                Ok(b) => Err(b),
-                Err(e) => Err(format!("{e:#}")),
-            }
-        },
+async fn start_controller(sl: &SpeakerLab) -> Result<RunningController> {
+    start_controller_process(
+        &workspace_binary(sl.lab.repo(), "controller", "controller")?,
+        &Process::scratch_dir("spk-explain-controller")?,
+        &sl.lab.env.kubeconfig,
+        sl.namespace(),
+        sl.lb_class(),
+        "controller-e2e",
+        &[],
     )
     .await
-    .map_err(|e| anyhow::anyhow!("{e:#}\ncontroller log:\n{}", p.log_text()))?;
-    p.check_running()?;
-    Ok(p)
 }
 
 /// `metallbctl explain service NS/NAME` on the live objects: exit status, output.
@@ -154,19 +120,11 @@ async fn not_announceable(sl: &SpeakerLab, svc: &str) -> Result<BTreeMap<String,
 
 /// speaker-<node>'s ConfigurationState: `(result, ConfigurationWarnings message)`.
 async fn warning_condition(sl: &SpeakerLab, node: &str) -> Result<(String, Option<String>)> {
-    let o = sl
-        .lab
-        .metallb(&sl.lab.client, sl.namespace(), "ConfigurationState")
-        .get(&format!("speaker-{node}"))
-        .await?;
-    let s = &o.data["status"];
-    let msg = s["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == "ConfigurationWarnings" && c["status"] == "True")
+    let (result, cond) = sl.configuration_warnings(node).await?;
+    let msg = cond
+        .filter(|c| c["status"] == "True")
         .map(|c| c["message"].as_str().unwrap_or_default().to_owned());
-    Ok((s["result"].as_str().unwrap_or_default().to_owned(), msg))
+    Ok((result, msg))
 }
 
 /// Waits until speaker-node-1's warning condition contains `want` (`None`: has none).

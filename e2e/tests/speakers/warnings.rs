@@ -12,19 +12,7 @@ use serde_json::{Value, json};
 /// `(result, the ConfigurationWarnings condition)` of speaker-<node>'s
 /// ConfigurationState.
 async fn state(sl: &SpeakerLab, node: &str) -> Result<(String, Option<Value>)> {
-    let o = sl
-        .lab
-        .metallb(&sl.lab.client, sl.namespace(), "ConfigurationState")
-        .get(&format!("speaker-{node}"))
-        .await?;
-    let s = &o.data["status"];
-    let cond = s["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == "ConfigurationWarnings")
-        .cloned();
-    Ok((s["result"].as_str().unwrap_or_default().to_owned(), cond))
+    sl.configuration_warnings(node).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
