@@ -59,7 +59,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::OwnedFd;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
@@ -201,9 +201,25 @@ pub enum SessionError {
 /// Something that happened to the session, for followers such as
 /// `metallbctl bgp-probe` (the watch of [`SessionState`] may skip
 /// intermediate states; this does not, unless the follower lags).
+///
+/// Every subscription ([`Session::events`]) starts with one
+/// [`SessionEvent::Current`]: what the events before it established, taken
+/// atomically with the subscription, so that a follower that subscribes
+/// after the session has moved (the task runs as soon as it is spawned)
+/// misses nothing it needs: the events it receives are exactly those after
+/// that state.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum SessionEvent {
+    /// The state when the subscription was taken (first event of every
+    /// subscription, and again after the follower lagged): the FSM state,
+    /// the negotiation of the current connection (OpenConfirm and
+    /// Established only) and the last error recorded, if any.
+    Current {
+        state: FsmState,
+        negotiated: Option<Box<NegotiatedEvent>>,
+        last_error: Option<String>,
+    },
     StateChanged {
         from: FsmState,
         to: FsmState,
@@ -229,6 +245,137 @@ pub struct NegotiatedEvent {
     pub keepalive_time: u16,
     pub capabilities: CapabilitiesState,
     pub families_disabled: Vec<String>,
+}
+
+/// Broadcast capacity: a follower this far behind lags (and is given a
+/// [`SessionEvent::Current`] again).
+const EVENT_CAPACITY: usize = 256;
+
+/// The session's event broadcast and the state its events add up to,
+/// under one lock so that a subscription and its [`SessionEvent::Current`]
+/// are taken atomically with respect to the events sent.
+#[derive(Debug)]
+struct EventHub(Mutex<HubState>);
+
+#[derive(Debug)]
+struct HubState {
+    tx: broadcast::Sender<SessionEvent>,
+    state: FsmState,
+    negotiated: Option<Box<NegotiatedEvent>>,
+    last_error: Option<String>,
+}
+
+impl EventHub {
+    fn new() -> Self {
+        let (tx, _) = broadcast::channel(EVENT_CAPACITY);
+        Self(Mutex::new(HubState {
+            tx,
+            state: FsmState::Idle,
+            negotiated: None,
+            last_error: None,
+        }))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HubState> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records what `event` changes and sends it to every follower.
+    fn emit(&self, event: SessionEvent) {
+        let mut hub = self.lock();
+        match &event {
+            SessionEvent::StateChanged { to, .. } => {
+                hub.state = *to;
+                if !to.is_negotiated() {
+                    hub.negotiated = None;
+                }
+            }
+            SessionEvent::Negotiated(n) => hub.negotiated = Some(n.clone()),
+            SessionEvent::Error { text } => hub.last_error = Some(text.clone()),
+            SessionEvent::Current { .. } => {}
+        }
+        // No follower is not an error.
+        let _ = hub.tx.send(event);
+    }
+
+    /// A new receiver and the state it starts from.
+    fn subscribe(&self) -> (SessionEvent, broadcast::Receiver<SessionEvent>) {
+        let hub = self.lock();
+        let current = SessionEvent::Current {
+            state: hub.state,
+            negotiated: hub.negotiated.clone(),
+            last_error: hub.last_error.clone(),
+        };
+        (current, hub.tx.subscribe())
+    }
+}
+
+/// A follower's subscription to a session's events ([`Session::events`]):
+/// first a [`SessionEvent::Current`], then every event after it. A follower
+/// that falls [`EVENT_CAPACITY`] events behind gets
+/// [`broadcast::error::RecvError::Lagged`] once, then a fresh
+/// [`SessionEvent::Current`] and the events after it. Ends
+/// ([`broadcast::error::RecvError::Closed`]) when the session task has
+/// ended and the [`Session`] is dropped.
+#[derive(Debug)]
+pub struct SessionEvents {
+    first: Option<SessionEvent>,
+    rx: broadcast::Receiver<SessionEvent>,
+    /// Weak: a follower must not keep the broadcast open.
+    hub: Weak<EventHub>,
+}
+
+impl SessionEvents {
+    fn new(hub: &Arc<EventHub>) -> Self {
+        let (current, rx) = hub.subscribe();
+        Self {
+            first: Some(current),
+            rx,
+            hub: Arc::downgrade(hub),
+        }
+    }
+
+    /// The next event (cancel safe).
+    pub async fn recv(&mut self) -> Result<SessionEvent, broadcast::error::RecvError> {
+        if let Some(first) = self.first.take() {
+            return Ok(first);
+        }
+        let received = self.rx.recv().await;
+        self.after(received)
+    }
+
+    /// The next event if one is waiting.
+    pub fn try_recv(&mut self) -> Result<SessionEvent, broadcast::error::TryRecvError> {
+        if let Some(first) = self.first.take() {
+            return Ok(first);
+        }
+        match self.rx.try_recv() {
+            Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                self.resubscribe();
+                Err(broadcast::error::TryRecvError::Lagged(n))
+            }
+            other => other,
+        }
+    }
+
+    fn after(
+        &mut self,
+        received: Result<SessionEvent, broadcast::error::RecvError>,
+    ) -> Result<SessionEvent, broadcast::error::RecvError> {
+        if let Err(broadcast::error::RecvError::Lagged(_)) = &received {
+            self.resubscribe();
+        }
+        received
+    }
+
+    /// After a lag: the current state again, and the events after it.
+    fn resubscribe(&mut self) {
+        if let Some(hub) = self.hub.upgrade() {
+            let (current, rx) = hub.subscribe();
+            self.first = Some(current);
+            self.rx = rx;
+        }
+    }
 }
 
 enum Command {
@@ -298,7 +445,7 @@ enum WriterMsg {
 pub struct Session {
     commands: mpsc::UnboundedSender<Command>,
     state: watch::Receiver<SessionState>,
-    events: broadcast::Sender<SessionEvent>,
+    events: Arc<EventHub>,
     task: Option<JoinHandle<()>>,
 }
 
@@ -338,7 +485,7 @@ impl Session {
         let state = SessionState::new(peer_label(config.peer), now);
         let (state_tx, state_rx) = watch::channel(state.clone());
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
-        let (events, _) = broadcast::channel(256);
+        let events = Arc::new(EventHub::new());
         let (ev_tx, ev_rx) = mpsc::channel(256);
         let driver = Driver {
             config,
@@ -431,9 +578,11 @@ impl Session {
         self.state.clone()
     }
 
-    /// Every state change, negotiation and error from now on.
-    pub fn events(&self) -> broadcast::Receiver<SessionEvent> {
-        self.events.subscribe()
+    /// The current state ([`SessionEvent::Current`]), then every state
+    /// change, negotiation and error from then on: nothing is lost between
+    /// the session's start and the subscription.
+    pub fn events(&self) -> SessionEvents {
+        SessionEvents::new(&self.events)
     }
 
     /// Closes with Cease/Administrative Shutdown and `message` (RFC 9003),
@@ -555,7 +704,7 @@ struct Driver {
     state: SessionState,
     state_tx: watch::Sender<SessionState>,
     metrics: Option<SessionMetrics>,
-    events: broadcast::Sender<SessionEvent>,
+    events: Arc<EventHub>,
     ev_tx: mpsc::Sender<Event>,
     conns: HashMap<ConnId, Conn>,
     connecting: HashMap<ConnId, JoinHandle<()>>,
@@ -735,8 +884,7 @@ impl Driver {
     }
 
     fn emit(&self, event: SessionEvent) {
-        // No follower is not an error.
-        let _ = self.events.send(event);
+        self.events.emit(event);
     }
 
     fn set_error(&mut self, error: LastError) {
@@ -1539,6 +1687,55 @@ mod tests {
         assert!(matches!(
             Session::spawn(p, None),
             Err(SessionError::Config(_))
+        ));
+    }
+
+    /// A follower that falls behind is told so once, then given the
+    /// current state again and the events after it.
+    #[tokio::test]
+    async fn a_lagging_follower_gets_the_current_state_again() {
+        let hub = Arc::new(EventHub::new());
+        let mut events = SessionEvents::new(&hub);
+        assert!(matches!(
+            events.recv().await,
+            Ok(SessionEvent::Current {
+                state: FsmState::Idle,
+                ..
+            })
+        ));
+        let states = [FsmState::Connect, FsmState::Active];
+        for i in 0..EVENT_CAPACITY + 10 {
+            hub.emit(SessionEvent::StateChanged {
+                from: states[i % 2],
+                to: states[(i + 1) % 2],
+                reason: FsmEvent::ManualStart,
+            });
+        }
+        hub.emit(SessionEvent::Error { text: "e".into() });
+        assert!(matches!(
+            events.recv().await,
+            Err(broadcast::error::RecvError::Lagged(_))
+        ));
+        // The state after the last move.
+        match events.recv().await {
+            Ok(SessionEvent::Current {
+                state, last_error, ..
+            }) => {
+                assert_eq!(state, states[(EVENT_CAPACITY + 10) % 2]);
+                assert_eq!(last_error.as_deref(), Some("e"));
+            }
+            other => panic!("{other:?}"),
+        }
+        hub.emit(SessionEvent::Error { text: "f".into() });
+        assert!(matches!(
+            events.recv().await,
+            Ok(SessionEvent::Error { text }) if text == "f"
+        ));
+        // The follower does not keep the broadcast open.
+        drop(hub);
+        assert!(matches!(
+            events.recv().await,
+            Err(broadcast::error::RecvError::Closed)
         ));
     }
 }

@@ -301,11 +301,10 @@ impl Speaker {
     }
 
     /// The JSON events printed so far.
+    /// (A `current` event, first of the subscription, counts as the events
+    /// it summarises: [`testkit::session_log::json_events`].)
     fn events(&self) -> Vec<serde_json::Value> {
-        self.log()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
+        testkit::session_log::json_events(&self.log())
     }
 
     fn wait_event(
@@ -324,14 +323,12 @@ impl Speaker {
         .map_err(|e| anyhow::anyhow!("{e}; speaker log:\n{}", self.log()))
     }
 
-    /// The session reached Established: its `state_changed` event, or a state
-    /// snapshot saying so (the state watch is the truth the speaker uses too; one CI
-    /// run printed snapshots but no transition events: unexplained, see the
-    /// session's event broadcast).
+    /// The session reached Established: its `state_changed` event (the events
+    /// start with the state at the subscription, so one that happened before the
+    /// helper subscribed is not lost).
     fn wait_established(&self, timeout: Duration) -> Result<()> {
         self.wait_event("Established", timeout, |e| {
-            (e["event"] == "state_changed" && e["to"] == "Established")
-                || (e["event"] == "state" && e["state"]["fsm_state"] == "Established")
+            e["event"] == "state_changed" && e["to"] == "Established"
         })
     }
 

@@ -20,11 +20,10 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 const PREFIXES: [&str; 2] = ["198.51.100.41/32", "198.51.100.42/32"];
 
 /// The JSON lines of the probe's output (stderr lines skipped).
+/// The probe's JSON lines, its first `current` line counted as the events it
+/// summarises (the session may move before the probe subscribes).
 fn events(text: &str) -> Vec<Value> {
-    text.lines()
-        .filter(|l| l.starts_with('{'))
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+    testkit::session_log::json_events(text)
 }
 
 fn router_prefixes(router: &Router) -> Result<Vec<String>, String> {

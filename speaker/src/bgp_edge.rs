@@ -9,7 +9,7 @@ use bgp::fsm::CeaseSubcode;
 use bgp::listener::Listeners;
 use bgp::metrics::BgpMetrics;
 use bgp::rib_out::Advertisement;
-use bgp::session::{Session, SessionEvent};
+use bgp::session::{Session, SessionEvent, SessionEvents};
 use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 
@@ -73,7 +73,7 @@ impl SessionFactory for BgpFactory {
 /// what is reported (an event can precede the state update it announces).
 async fn forward(
     id: SessionId,
-    mut rx: broadcast::Receiver<SessionEvent>,
+    mut rx: SessionEvents,
     mut state: tokio::sync::watch::Receiver<bgp::state::SessionState>,
     tx: mpsc::Sender<PeerEvent>,
 ) {
@@ -83,6 +83,10 @@ async fn forward(
         tokio::select! {
             ev = rx.recv(), if events_open => match ev {
                 Ok(SessionEvent::Negotiated(n)) => local = Some(n.local),
+                // The negotiation may have happened before the subscription.
+                Ok(SessionEvent::Current { negotiated, .. }) => {
+                    local = negotiated.map(|n| n.local);
+                }
                 Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
                 Err(broadcast::error::RecvError::Closed) => events_open = false,
             },

@@ -40,6 +40,7 @@ pub mod preflight;
 pub mod process;
 pub mod rbac;
 pub mod router;
+pub mod session_log;
 pub mod topology;
 pub mod wait;
 

@@ -402,46 +402,57 @@ impl Netns {
         Ok(r)
     }
 
-    /// Resolves `target` with `arping` from `ifname` and returns the MAC of
-    /// the first reply (lower case). Fails when nobody answers within `count`
-    /// probes.
+    /// Resolves `target` with `arping` from `ifname` and returns the MAC that
+    /// answers (lower case). Every reply is counted, not the first
+    /// ([`Netns::arp_replies`]): fails when two MACs answer (a split brain) or
+    /// when nobody answers within `count` rounds of one second.
     pub fn arping(&self, ifname: &str, target: Ipv4Addr, count: u32) -> Result<String> {
+        for _ in 0..count.max(1) {
+            let mut macs = self.arp_replies(ifname, None, target, 1)?;
+            macs.sort();
+            macs.dedup();
+            match macs.as_slice() {
+                [] => continue,
+                [mac] => return Ok(mac.clone()),
+                _ => bail!(
+                    "{target} on {ifname} in {} is answered by {macs:?}",
+                    self.name
+                ),
+            }
+        }
+        bail!(
+            "arping {target} on {ifname} in {} got no reply in {count} s",
+            self.name
+        )
+    }
+
+    /// The MAC (lower case) of every ARP reply for `target` that reaches
+    /// `ifname` within `wait_s` seconds, one per reply, in order: `arping`
+    /// without `-c`, which prints every reply until its deadline (with `-c N`
+    /// it stops at the N-th reply, so a second answering node would go
+    /// unseen). `src`: the sender address of the requests (`-s`).
+    pub fn arp_replies(
+        &self,
+        ifname: &str,
+        src: Option<Ipv4Addr>,
+        target: Ipv4Addr,
+        wait_s: u32,
+    ) -> Result<Vec<String>> {
         ensure!(
             crate::plan::is_allowed_addr(target.into()),
             "arping target {target} is outside the lab's ranges"
         );
-        let count_s = count.max(1).to_string();
-        let deadline = (count.max(1) + 2).to_string();
-        let out = self.output(
-            "arping",
-            &[
-                "-c",
-                &count_s,
-                "-w",
-                &deadline,
-                "-I",
-                ifname,
-                &target.to_string(),
-            ],
-        )?;
-        // "Unicast reply from 192.0.2.11 [AA:BB:CC:DD:EE:FF]  0.6ms"
-        for l in out.stdout.lines() {
-            if l.contains("reply from")
-                && let (Some(a), Some(b)) = (l.find('['), l.find(']'))
-                && a < b
-            {
-                return Ok(l[a + 1..b].to_ascii_lowercase());
-            }
+        let wait = wait_s.max(1).to_string();
+        let target_s = target.to_string();
+        let src_s = src.map(|s| s.to_string());
+        let mut args = vec!["-w", &wait, "-I", ifname];
+        if let Some(s) = &src_s {
+            args.extend(["-s", s]);
         }
-        bail!(
-            "arping {target} on {ifname} in {} got no reply ({}):\n{}{}",
-            self.name,
-            out.status,
-            out.stdout,
-            out.stderr
-        )
+        args.push(&target_s);
+        let out = self.output("arping", &args)?;
+        Ok(parse_arping_replies(&out.stdout))
     }
-
     /// Resolves `target` with `ndisc6` (a Neighbor Solicitation) on `ifname`
     /// and returns the advertised link-layer address (lower case).
     pub fn ndisc(&self, ifname: &str, target: Ipv6Addr, tries: u32) -> Result<String> {
@@ -495,4 +506,18 @@ impl Netns {
     pub fn capture(&self, ifname: &str, path: &Path, filter: &[&str]) -> Result<crate::Capture> {
         crate::capture::Capture::start(self, ifname, path, filter)
     }
+}
+
+/// The MACs of arping's reply lines, in order, lower case:
+/// "Unicast reply from 192.0.2.11 [AA:BB:CC:DD:EE:FF]  0.6ms".
+pub fn parse_arping_replies(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .filter(|l| l.contains("reply from"))
+        .filter_map(|l| {
+            let (_, rest) = l.split_once('[')?;
+            let (mac, _) = rest.split_once(']')?;
+            Some(mac.to_ascii_lowercase())
+        })
+        .collect()
 }

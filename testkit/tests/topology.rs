@@ -314,3 +314,48 @@ fn processes_run_inside_the_namespace_and_die_with_their_handle() -> Result<()> 
     topo.destroy()?;
     Ok(())
 }
+
+/// Two hosts owning one address on one segment (a split brain): the kit's ARP
+/// probes see both answers. `arping -c 1 -w 1` would print only the first, so
+/// a test built on it could never fail on a double answer (issue 24).
+#[test]
+fn two_hosts_answering_one_address_are_both_seen() -> Result<()> {
+    let _serial = testkit::serial()?;
+    let topo = testkit::TopologySpec::new("dual")
+        .namespace("client")
+        .namespace("a")
+        .namespace("b")
+        .segment(
+            "lan",
+            &[
+                ("client", &["192.0.2.30/24"]),
+                ("a", &["192.0.2.31/24"]),
+                ("b", &["192.0.2.32/24"]),
+            ],
+        )
+        .create()?;
+    let cif = topo.iface("client", "lan").to_owned();
+    let (a, b) = (topo.ns("a"), topo.ns("b"));
+    let mac_a = a.mac(topo.iface("a", "lan"))?;
+    let mac_b = b.mac(topo.iface("b", "lan"))?;
+    let client = topo.ns("client");
+    let shared: std::net::Ipv4Addr = "192.0.2.40".parse()?;
+    // One owner: one answer, and arping resolves it.
+    a.add_addr(topo.iface("a", "lan"), "192.0.2.40/32")?;
+    ensure!(client.arping(&cif, shared, 3)? == mac_a);
+    // Two owners: both answers counted; arping refuses to pick one.
+    b.add_addr(topo.iface("b", "lan"), "192.0.2.40/32")?;
+    let mut macs = client.arp_replies(&cif, Some("192.0.2.30".parse()?), shared, 1)?;
+    macs.sort();
+    macs.dedup();
+    let mut want = vec![mac_a.clone(), mac_b.clone()];
+    want.sort();
+    ensure!(macs == want, "replies from {macs:?}, want {want:?}");
+    let err = client
+        .arping(&cif, shared, 1)
+        .err()
+        .context("arping resolved an address two hosts answer")?;
+    ensure!(format!("{err:#}").contains("answered by"), "{err:#}");
+    topo.destroy()?;
+    Ok(())
+}

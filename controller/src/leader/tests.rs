@@ -1110,13 +1110,69 @@ proptest! {
 
     /// The safety property: with the default durations, whatever the
     /// latencies, losses, crashes and releases, no two electors lead at the
-    /// same instant, and no takeover is written while another leads. And
-    /// someone does lead.
+    /// same instant, and no takeover is written while another leads.
+    ///
+    /// Liveness is not claimed here: with crashes every 5-90 s on top of
+    /// ~50 % lost requests and 7 s latencies, an elector can die before it
+    /// has watched a dead holder's Lease for `lease_duration`, every time,
+    /// for the whole ten minutes (about 1.6 % of such runs; the case that
+    /// failed CI once, `nobody ever led`, was one of them). The two
+    /// properties below claim it where it holds.
     #[test]
     fn never_two_leaders(sim in sims()) {
         let stats = sim.run(LeaseConfig::default()).map_err(TestCaseError::fail)?;
-        prop_assert!(stats.acquisitions > 0, "nobody ever led: {stats:?}");
         prop_assert!(stats.writes >= stats.acquisitions);
+    }
+
+    /// Liveness without crashes: whatever the latencies and losses in
+    /// range, someone leads within ten minutes.
+    #[test]
+    fn someone_leads_despite_losses(sim in sims()) {
+        let sim = Sim { lifecycle: false, ..sim };
+        let stats = sim.run(LeaseConfig::default()).map_err(TestCaseError::fail)?;
+        prop_assert!(stats.acquisitions > 0, "nobody ever led: {stats:?}");
+    }
+
+    /// Liveness through crashes, stops and restarts, when requests are
+    /// answered (any latency in range).
+    #[test]
+    fn someone_leads_despite_crashes(sim in sims()) {
+        let sim = Sim { lifecycle: true, p_drop: 0.0, p_lost: 0.0, ..sim };
+        let stats = sim.run(LeaseConfig::default()).map_err(TestCaseError::fail)?;
+        prop_assert!(stats.acquisitions > 0, "nobody ever led: {stats:?}");
+    }
+}
+
+/// The case that made `never_two_leaders` fail once as a liveness failure
+/// (found again with 3,000 cases): two electors crash in turn on a lossy,
+/// slow network and nobody ever leads, yet nobody ever leads twice either.
+#[test]
+fn a_lossy_network_with_crashes_may_elect_nobody_but_never_two() {
+    let sim = Sim {
+        seed: 7_424_051_605_143_854_016,
+        electors: 2,
+        max_latency: 7_405,
+        p_drop: 0.278,
+        p_lost: 0.274,
+        lifecycle: true,
+    };
+    let stats = sim.run(LeaseConfig::default()).unwrap();
+    assert!(stats.writes >= stats.acquisitions, "{stats:?}");
+    // The same network without crashes, or the crashes without losses:
+    // someone leads.
+    for s in [
+        Sim {
+            lifecycle: false,
+            ..sim
+        },
+        Sim {
+            p_drop: 0.0,
+            p_lost: 0.0,
+            ..sim
+        },
+    ] {
+        let stats = s.run(LeaseConfig::default()).unwrap();
+        assert!(stats.acquisitions > 0, "{stats:?}");
     }
 }
 

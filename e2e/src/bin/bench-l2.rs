@@ -562,22 +562,18 @@ impl Bench<'_> {
         Ok(())
     }
 
-    /// The nodes whose MACs answer one ARP request from the client for `ip`.
+    /// The nodes whose MACs answer ARP requests from the client for `ip` within 1 s
+    /// (every reply counted, not the first).
     fn arp_owners(&self, ip: &str) -> Result<Vec<usize>> {
-        let src = plan::CLIENT_V4.to_string();
-        let out = self.net.net.client().output(
-            "arping",
-            &["-I", &self.client_if, "-s", &src, "-c", "1", "-w", "1", ip],
+        let replies = self.net.net.client().arp_replies(
+            &self.client_if,
+            Some(plan::CLIENT_V4),
+            ip.parse()?,
+            1,
         )?;
-        let mut owners: Vec<usize> = out
-            .stdout
-            .lines()
-            .filter(|l| l.contains("reply from"))
-            .filter_map(|l| {
-                let (_, rest) = l.split_once('[')?;
-                let (mac, _) = rest.split_once(']')?;
-                self.macs.get(&mac.to_ascii_lowercase()).copied()
-            })
+        let mut owners: Vec<usize> = replies
+            .iter()
+            .filter_map(|mac| self.macs.get(mac).copied())
             .collect();
         owners.sort_unstable();
         owners.dedup();

@@ -37,25 +37,15 @@ pub(crate) fn node_macs(sl: &SpeakerLab) -> Result<BTreeMap<String, String>> {
     Ok(m)
 }
 
-/// The MACs answering one ARP request for `ip` from the client (arping, 1 s).
+/// The MACs of every ARP reply for `ip` that the client receives within 1 s (one
+/// per reply, so two answering nodes show as two MACs).
 pub(crate) fn arp_answers(sl: &SpeakerLab, ip: &str) -> Result<Vec<String>> {
     let client = sl.net.net.client();
     let iface = sl.net.net.l2_iface("client").to_owned();
-    let src = plan::CLIENT_V4.to_string();
-    let out = client.output(
-        "arping",
-        &["-I", &iface, "-s", &src, "-c", "1", "-w", "1", ip],
-    )?;
-    let text = &out.stdout;
-    Ok(text
-        .lines()
-        .filter(|l| l.contains("reply from"))
-        .filter_map(|l| {
-            let (_, rest) = l.split_once('[')?;
-            let (mac, _) = rest.split_once(']')?;
-            Some(mac.to_ascii_lowercase())
-        })
-        .collect())
+    let mut macs = client.arp_replies(&iface, Some(plan::CLIENT_V4), ip.parse()?, 1)?;
+    macs.sort();
+    macs.dedup();
+    Ok(macs)
 }
 
 /// The client's neighbour entry for `ip`: (MAC, state), if any.
