@@ -401,11 +401,9 @@ impl SpeakerLab {
             .unwrap_or_else(|| panic!("the speaker of node-{n} is not running"))
     }
 
-    /// Starts node `n`'s speaker in its namespace with `extra` arguments (after the
-    /// harness's: `--node-name`, `--lb-class`, probe and metrics ports, text logs) and
-    /// waits (30 s) until its `/readyz` answers 200. Its log is
-    /// `<scratch dir>/speaker-node-N.log` (appended across restarts).
-    pub async fn start_speaker(&mut self, n: usize, extra: &[&str]) -> Result<()> {
+    /// Starts node `n`'s speaker as [`SpeakerLab::start_speaker`] does, without waiting
+    /// for it to be ready (e.g. while the API server is away).
+    pub fn launch_speaker(&mut self, n: usize, extra: &[&str]) -> Result<()> {
         if let Some(mut old) = self.speakers[n - 1].take() {
             let _ = old
                 .child
@@ -467,7 +465,7 @@ impl SpeakerLab {
         .env("METALLB_HOST", plan::node_v4(n).to_string());
         let child = NsChild::spawn_logged(cmd, &log)
             .with_context(|| format!("starting the speaker in {netns}"))?;
-        let mut sp = NodeSpeaker {
+        let sp = NodeSpeaker {
             n,
             node: node.clone(),
             netns,
@@ -475,6 +473,18 @@ impl SpeakerLab {
             log,
             child,
         };
+        self.speakers[n - 1] = Some(sp);
+        Ok(())
+    }
+
+    /// Starts node `n`'s speaker in its namespace with `extra` arguments (after the
+    /// harness's: `--node-name`, `--lb-class`, probe and metrics ports, text logs) and
+    /// waits (30 s) until its `/readyz` answers 200. Its log is
+    /// `<scratch dir>/speaker-node-N.log` (appended across restarts).
+    pub async fn start_speaker(&mut self, n: usize, extra: &[&str]) -> Result<()> {
+        self.launch_speaker(n, extra)?;
+        let node = plan::node_name(n);
+        let sp = self.speakers[n - 1].as_mut().context("just launched")?;
         let child = &mut sp.child;
         let ns_name = sp.netns.clone();
         let ready = wait_until(
@@ -500,7 +510,6 @@ impl SpeakerLab {
             let log = sp.log_text();
             return Err(e.context(format!("the speaker of {node}; its log:\n{log}")));
         }
-        self.speakers[n - 1] = Some(sp);
         Ok(())
     }
 

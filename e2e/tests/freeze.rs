@@ -387,3 +387,140 @@ async fn a_frozen_api_server_withdraws_nothing_and_speakers_follow_once_it_is_ba
     let result = body.await;
     sl.finish(result).await
 }
+
+/// MetalLB's order for 198.51.100.90 (see `speakers/l2_failover.rs`): node-2, node-1,
+/// node-3.
+const L2_OWNER: usize = 2;
+const L2_NEXT: usize = 1;
+
+/// The MACs of every ARP reply the client gets for `ip` within 1 s, deduplicated.
+fn l2_answers(sl: &e2e::speakers::SpeakerLab, ip: std::net::Ipv4Addr) -> Result<Vec<String>> {
+    let iface = sl.net.net.l2_iface("client").to_owned();
+    let mut macs =
+        sl.net
+            .net
+            .client()
+            .arp_replies(&iface, Some(testkit::plan::CLIENT_V4), ip, 1)?;
+    macs.sort();
+    macs.dedup();
+    Ok(macs)
+}
+
+/// Issue 24, item 1: with the API server frozen, the owner of a layer-2 address is
+/// killed and restarted at once. The restarted process cannot list anything, so it must
+/// not become a candidate: its successor keeps answering for the whole outage (before,
+/// the other members pulled the new process in within seconds and the successor let go:
+/// nobody answered until the API server came back). After the API server returns, the
+/// owner takes its address back. Every sample counts every answer: never none, never two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_speaker_restarted_while_the_api_server_is_away_takes_nothing_from_its_successor()
+-> Result<()> {
+    use e2e::speakers::{SpeakerLab, SpeakerLabOptions, netns_available};
+    let test = "l2-api-away";
+    if !netns_available(test)? {
+        return Ok(());
+    }
+    let _serial = SERIAL.lock().await;
+    let lab = Lab::connect().await?;
+    let pid: u32 = std::fs::read_to_string(lab.env.state_dir.join("run/kube-apiserver.pid"))?
+        .trim()
+        .parse()?;
+    let mut sl = SpeakerLab::start(&lab, SpeakerLabOptions::new(test).membership()).await?;
+    let r = api_away_scenario(&mut sl, pid).await;
+    sl.finish(r).await
+}
+
+async fn api_away_scenario(sl: &mut e2e::speakers::SpeakerLab, pid: u32) -> Result<()> {
+    use e2e::EndpointSpec;
+    use testkit::plan;
+    // In the pool, as `e2e::speakers::pool_ip(90)`.
+    let ip = std::net::Ipv4Addr::new(198, 51, 100, 90);
+    let ip_s = ip.to_string();
+    let mac = |n: usize| -> Result<String> {
+        let node = plan::node_name(n);
+        let iface = sl.net.net.l2_iface(&node).to_owned();
+        sl.net.net.node(n).mac(&iface)
+    };
+    let (owner_mac, next_mac) = (mac(L2_OWNER)?, mac(L2_NEXT)?);
+    let client_if = sl.net.net.l2_iface("client").to_owned();
+    sl.net
+        .net
+        .client()
+        .ip(&["route", "add", &format!("{ip_s}/32"), "dev", &client_if])?;
+    sl.apply(
+        "IPAddressPool",
+        "pool",
+        json!({"addresses": [plan::POOL_V4]}),
+    )
+    .await?;
+    sl.apply("L2Advertisement", "l2", json!({})).await?;
+    sl.wait_configuration_valid(Duration::from_secs(60)).await?;
+    let svc = sl.service("web").endpoints(vec![
+        EndpointSpec::ready("node-1"),
+        EndpointSpec::ready("node-3"),
+    ]);
+    sl.create_service(svc, &[std::net::IpAddr::V4(ip)]).await?;
+    wait_answered(sl, ip, &owner_mac, Duration::from_secs(60))
+        .await
+        .context("the owner answers alone")?;
+    // The successor's fast path watches the owner before the fault.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let frozen = Frozen::stop(pid)?;
+    eprintln!("froze the API server (pid {pid})");
+    let at = std::time::Instant::now();
+    sl.kill_speaker(L2_OWNER)?;
+    sl.launch_speaker(L2_OWNER, &[])?;
+    // The successor takes over (about 0.5 s; each probe is a 1 s arping window, and a
+    // loaded 2-core machine needs a margin: 8 s), then keeps
+    // answering, alone, while the API server stays away (the gap opened at ~9 s).
+    wait_answered(sl, ip, &next_mac, Duration::from_secs(8))
+        .await
+        .context("the successor did not take over with the API server away")?;
+    let took = at.elapsed();
+    let mut samples = Vec::new();
+    while at.elapsed() < Duration::from_secs(25) {
+        let a = l2_answers(sl, ip)?;
+        samples.push((at.elapsed(), a.clone()));
+        ensure!(
+            a == [next_mac.clone()],
+            "{:?} after the kill, with the API server away, {ip_s} is answered by {a:?}, want only the successor {next_mac}; samples {samples:?}",
+            at.elapsed()
+        );
+    }
+    eprintln!(
+        "TIMING l2 takeover with the API server away: {took:?}; {} samples of one answer over {:?}",
+        samples.len(),
+        at.elapsed()
+    );
+    drop(frozen);
+    eprintln!("continued the API server");
+    // The restarted owner lists, joins and takes its address back.
+    let back = std::time::Instant::now();
+    wait_answered(sl, ip, &owner_mac, Duration::from_secs(60))
+        .await
+        .context("the restarted owner answers alone")?;
+    eprintln!(
+        "TIMING l2 owner back {:?} after the API server returned",
+        back.elapsed()
+    );
+    Ok(())
+}
+
+/// Waits until `want` alone answers the client's ARP for `ip`.
+async fn wait_answered(
+    sl: &e2e::speakers::SpeakerLab,
+    ip: std::net::Ipv4Addr,
+    want: &str,
+    timeout: Duration,
+) -> Result<()> {
+    wait_until(&format!("only {want} answers {ip}"), timeout, || async {
+        let a = l2_answers(sl, ip).map_err(|e| format!("{e:#}"))?;
+        if a == [want.to_owned()] {
+            Ok(())
+        } else {
+            Err(format!("answers {a:?}"))
+        }
+    })
+    .await
+}

@@ -231,6 +231,40 @@ fn membership_settings(args: &Args) -> Result<Option<MlSettings>> {
     }))
 }
 
+/// Starts the membership protocol (binds `bind`). Called once this speaker can claim
+/// its layer-2 addresses: before that, other members must not count it live (they keep
+/// answering for it, e.g. while the API server is away and a restarted speaker cannot
+/// list), so the socket is not bound earlier (MetalLB binds first; its speaker crash-loops
+/// while the API server is away instead).
+async fn start_membership(
+    args: &Args,
+    node: &str,
+    bind: std::net::SocketAddr,
+    key: Option<membership::SecretKey>,
+    registry: &prometheus::Registry,
+) -> Result<membership::Membership> {
+    let generation = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let mut cfg = membership::Config::new(node, bind, generation);
+    cfg.wan = args.ml_wan_config;
+    cfg.self_fence = args.ml_self_fence;
+    let encrypted = key.is_some();
+    let m = membership::Membership::start(
+        membership::EdgeConfig::new(cfg, Vec::new(), key),
+        Some(registry),
+    )
+    .await
+    .context("starting the membership protocol")?;
+    tracing::info!(
+        bind = %m.local_addr(),
+        encrypted,
+        self_fence = args.ml_self_fence,
+        "membership started: this speaker can claim its layer-2 addresses"
+    );
+    Ok(m)
+}
+
 /// How long a starting speaker waits to learn the other members before it decides
 /// layer-2 Services (MetalLB joins synchronously before its reconcilers run): without
 /// it, a restarted speaker alone in its own view would win every election at once.
@@ -257,38 +291,26 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
     let bgp_metrics = bgp::metrics::BgpMetrics::register(&registry)?;
     let announced_metric = speaker::metrics::Announced::register(&registry, &node)?;
     let l2_metrics = arp_ndp::metrics::Metrics::register(&registry)?;
-    // Membership: the socket is bound before the watches start, as MetalLB's memberlist.
-    let (mut ml, ml_labels) = match ml {
+    // Membership starts only once this speaker can claim (see `start_membership`): a
+    // process that cannot answer yet must not be a candidate, or the successors that
+    // answer for it meanwhile release its addresses to nobody.
+    let (mut ml_pending, ml_labels, ml_bind) = match ml {
         Some((settings, key)) => {
-            let generation = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64);
-            let mut cfg = membership::Config::new(&node, settings.bind, generation);
-            cfg.wan = args.ml_wan_config;
-            cfg.self_fence = args.ml_self_fence;
-            let encrypted = key.is_some();
-            let m = membership::Membership::start(
-                membership::EdgeConfig::new(cfg, Vec::new(), key),
-                Some(&registry),
+            let bind = settings.bind;
+            (
+                Some((settings.bind, key)),
+                Some(settings.labels),
+                Some(bind),
             )
-            .await
-            .context("starting the membership protocol")?;
-            tracing::info!(
-                bind = %m.local_addr(),
-                labels = settings.labels,
-                encrypted,
-                self_fence = args.ml_self_fence,
-                "membership started"
-            );
-            (Some(m), Some(settings.labels))
         }
         None => {
             tracing::info!(
                 "membership off (--ml-bindaddr and --ml-labels not both set): every known Node counts as a live speaker"
             );
-            (None, None)
+            (None, None, None)
         }
     };
+    let mut ml: Option<membership::Membership> = None;
     let l2_driver_config = arp_ndp::linux::DriverConfig {
         exclude: arp_ndp::interfaces::ExcludeList::load_or_default(std::path::Path::new(
             arp_ndp::interfaces::DEFAULT_EXCLUDE_PATH,
@@ -323,7 +345,7 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
     );
 
     let metrics_server =
-        daemon::metrics::server(&args.metrics, args.port, &client, registry).await?;
+        daemon::metrics::server(&args.metrics, args.port, &client, registry.clone()).await?;
     let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let heartbeat = Arc::new(Heartbeat::new());
     let health_addr =
@@ -452,22 +474,23 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
     .with_l2(EdgeL2::new());
     let mut l2_driver: Option<tokio::task::JoinHandle<Result<(), arp_ndp::linux::DriverError>>> =
         None;
-    // The live speakers: the membership's, or "every known Node" without it.
-    let (_live_tx, mut liveness) = match &ml {
-        Some(m) => (None, Liveness::membership(m.live())),
-        None => {
-            let (tx, l) = Liveness::memberlist_disabled();
-            (Some(tx), l)
-        }
+    // The live speakers: the membership's once joined (none before: this node claims
+    // nothing until it joins), or "every known Node" without it.
+    let (_live_tx, mut liveness) = if ml_pending.is_some() {
+        let (tx, l) = Liveness::new(Some(std::collections::BTreeSet::new()));
+        (Some(tx), l)
+    } else {
+        let (tx, l) = Liveness::memberlist_disabled();
+        (Some(tx), l)
     };
     // The other speakers' addresses (`--ml-labels`), found by a task of their own.
     let (seeds_tx, mut seeds_rx) = watch::channel::<Option<Vec<std::net::SocketAddr>>>(None);
-    if let (Some(m), Some(labels)) = (&ml, ml_labels) {
+    if let (Some(bind), Some(labels)) = (ml_bind, ml_labels) {
         tasks.push(tokio::spawn(speaker::discovery::run(
             client.clone(),
             ns.clone(),
             labels,
-            m.local_addr(),
+            bind,
             seeds_tx,
             stopped(),
         )));
@@ -499,9 +522,6 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
         }
         ready.store(true, std::sync::atomic::Ordering::Release);
         tracing::info!("watches ready");
-        if let Some(m) = ml.as_ref() {
-            wait_joined(m, &mut seeds_rx).await;
-        }
         speaker.set_live(liveness.current());
         let nodes = view.nodes().context("the view watches Nodes")?.store();
         let services = view
@@ -556,14 +576,30 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
                                     l2_driver = Some(task);
                                     all = true;
                                 }
-                                Ok(Err(e)) => tracing::error!(
-                                    error = %e,
-                                    "the layer-2 responder cannot start (CAP_NET_RAW?): layer-2 addresses are not answered"
+                                // Fatal, as MetalLB's speaker: a node that cannot answer
+                                // must not stay a live member that wins addresses (its
+                                // share would go dark); it leaves, the others answer.
+                                Ok(Err(e)) => anyhow::bail!(
+                                    "the layer-2 responder cannot start (CAP_NET_RAW?): {e}"
                                 ),
-                                Err(_) => tracing::error!(
-                                    "the layer-2 responder did not start within 10 s: layer-2 addresses are not answered"
-                                ),
+                                Err(_) => {
+                                    anyhow::bail!("the layer-2 responder did not start within 10 s")
+                                }
                             }
+                        }
+                        // This speaker can claim now (watches listed, a configuration,
+                        // its responder running when layer 2 is wanted): it becomes a
+                        // member, and a candidate, only from here.
+                        if ml.is_none()
+                            && speaker.config().is_some()
+                            && let Some((bind, key)) = ml_pending.take()
+                        {
+                            let m = start_membership(&args, &node, bind, key, &registry).await?;
+                            wait_joined(&m, &mut seeds_rx).await;
+                            liveness = Liveness::membership(m.live());
+                            speaker.set_live(liveness.current());
+                            ml = Some(m);
+                            all = true;
                         }
                         for s in &outcome.skipped {
                             tracing::error!(
