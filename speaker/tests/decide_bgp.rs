@@ -107,6 +107,25 @@ fn a_service_is_announced_as_host_routes_to_every_peer() {
     assert_eq!(a.peers(["r1"]), ["r1"]);
 }
 
+/// Go parses `::ffff:a.b.c.d` as the IPv4 address it maps: the pool check, the route
+/// (a /32 in IPv4 unicast, not a /128) and the status name the IPv4 address, as in
+/// layer 2 (issue 27).
+#[test]
+fn an_ipv4_mapped_ingress_is_announced_as_ipv4() {
+    let cfg = config(AD);
+    let a = decide(
+        &cfg,
+        &node1(),
+        Some(&svc(&["::ffff:198.51.100.7"], false, &[])),
+        &slice("node-2", true),
+        &Options::default(),
+    )
+    .unwrap();
+    assert_eq!(a.ips, vec!["198.51.100.7".parse::<std::net::IpAddr>().unwrap()]);
+    assert_eq!(a.routes.len(), 1);
+    assert_eq!(a.routes[0].prefix.to_string(), "198.51.100.7/32");
+}
+
 #[test]
 fn reasons_come_in_upstreams_order() {
     let cfg = config(AD);

@@ -156,7 +156,12 @@ pub fn decide(
     if !services::handles_class(svc, &options.lb_class) {
         return Err(Reason::OtherLoadBalancerClass);
     }
-    let ips = services::ingress_ips(svc).map_err(|_| Reason::InvalidIp)?;
+    // Go parses an IPv4-mapped IPv6 address as the IPv4 address it maps (as in layer 2).
+    let ips: Vec<IpAddr> = services::ingress_ips(svc)
+        .map_err(|_| Reason::InvalidIp)?
+        .into_iter()
+        .map(|ip| ip.to_canonical())
+        .collect();
     if ips.is_empty() {
         return Err(Reason::NoIpAllocated);
     }
