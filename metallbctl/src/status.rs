@@ -287,6 +287,22 @@ pub fn summarise(
     out
 }
 
+/// A session's last error as what it is: the error that ended an earlier state. Beside
+/// Established it is history (the session came up again after it), so it is said so,
+/// with the time the current state began; otherwise it is why the session is down.
+fn error_text(x: &Session) -> String {
+    if x.bgp == "Established" {
+        let at = if x.since.is_empty() {
+            String::new()
+        } else {
+            format!(" at {}", x.since)
+        };
+        format!("(before Established{at}: {})", x.last_error)
+    } else {
+        format!("last error: {}", x.last_error)
+    }
+}
+
 fn print_text(out: &mut impl Write, s: &Status) -> io::Result<()> {
     writeln!(out, "Configuration:")?;
     if s.components.is_empty() {
@@ -336,7 +352,7 @@ fn print_text(out: &mut impl Write, s: &Status) -> io::Result<()> {
                 x.node, x.peer, x.bgp, x.bfd, x.since
             )?;
             if !x.last_error.is_empty() {
-                write!(out, "  last error: {}", x.last_error)?;
+                write!(out, "  {}", error_text(x))?;
             }
             writeln!(out)?;
         }
@@ -380,4 +396,32 @@ fn print_text(out: &mut impl Write, s: &Status) -> io::Result<()> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(bgp: &str) -> Session {
+        Session {
+            node: "node-1".into(),
+            peer: "router".into(),
+            bgp: bgp.into(),
+            bfd: "N/A".into(),
+            since: "2026-11-27T06:08:10Z".into(),
+            last_error: "session down: TCP connection closed".into(),
+        }
+    }
+
+    #[test]
+    fn an_error_beside_established_reads_as_the_past() {
+        assert_eq!(
+            error_text(&session("Established")),
+            "(before Established at 2026-11-27T06:08:10Z: session down: TCP connection closed)"
+        );
+        assert_eq!(
+            error_text(&session("Active")),
+            "last error: session down: TCP connection closed"
+        );
+    }
 }

@@ -121,7 +121,10 @@ fn an_ipv4_mapped_ingress_is_announced_as_ipv4() {
         &Options::default(),
     )
     .unwrap();
-    assert_eq!(a.ips, vec!["198.51.100.7".parse::<std::net::IpAddr>().unwrap()]);
+    assert_eq!(
+        a.ips,
+        vec!["198.51.100.7".parse::<std::net::IpAddr>().unwrap()]
+    );
     assert_eq!(a.routes.len(), 1);
     assert_eq!(a.routes[0].prefix.to_string(), "198.51.100.7/32");
 }
