@@ -102,6 +102,13 @@ impl<O: L2Ops> L2Speaker<O> {
         self.held.keys().map(String::as_str)
     }
 
+    /// The addresses of every Service announced from here: (key, address).
+    pub fn announced_ips(&self) -> impl Iterator<Item = (&str, IpAddr)> {
+        self.held
+            .iter()
+            .flat_map(|(k, h)| h.ips.iter().map(move |ip| (k.as_str(), *ip)))
+    }
+
     /// Announces the addresses this node answers for again, when it answers
     /// for any; returns how many. For a speaker that watches this node and
     /// whose heartbeat came back: it may have answered for them meanwhile.

@@ -706,6 +706,11 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
                         watched_owners = owners;
                     }
                 }
+                if n > 0 && speaker.refused_for_announced() {
+                    // The refused configuration may fit now that Services moved: it is
+                    // loaded again at the next change (MetalLB retries it too).
+                    config_pending = true;
+                }
                 if all && !synced {
                     // The first full pass: objects of this node nobody wants go.
                     synced = true;

@@ -83,6 +83,9 @@ pub struct NodeSpeaker<F: SessionFactory, B: BfdOps, L: L2Ops = NoL2> {
     /// goes (this node is next in the Service's election).
     succeeds: BTreeMap<String, String>,
     effects: Effects,
+    /// The latest configuration was refused: a Service announced from here has an
+    /// address in none of its pools.
+    refused: bool,
 }
 
 /// The decision for one Service.
@@ -126,6 +129,7 @@ impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B, NoL2> {
             l2: L2Speaker::new(NoL2),
             succeeds: BTreeMap::new(),
             effects: Effects::default(),
+            refused: false,
         }
     }
 
@@ -143,6 +147,7 @@ impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B, NoL2> {
             l2: L2Speaker::new(ops),
             succeeds: self.succeeds,
             effects: self.effects,
+            refused: self.refused,
         }
     }
 }
@@ -186,6 +191,20 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
     /// Takes the latest configuration (parsed for this node) and the own
     /// Node. An invalid one leaves everything as it is.
     pub fn load(&mut self, parsed: Result<Config, String>, node: NodeFacts) -> LoadOutcome {
+        // MetalLB's `SetConfig`: a configuration under which a Service announced from
+        // here has an address in no pool is refused (the running one stays, the error
+        // is reported, and it is tried again later), rather than withdrawing the
+        // Service for as long as a pool is being replaced.
+        self.refused = false;
+        let parsed = parsed.and_then(|cfg| match self.orphaned(&cfg) {
+            Some((key, ip)) => Err({
+                self.refused = true;
+                format!(
+                    "service {key} has no configuration under new config: its address {ip} is in no IPAddressPool (the running configuration is kept)"
+                )
+            }),
+            None => Ok(cfg),
+        });
         let loaded = self.tracker.load(parsed);
         let node_changed = self.facts.as_ref() != Some(&node);
         let sessions_changed =
@@ -210,6 +229,24 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
             closing,
             skipped,
         }
+    }
+
+    /// The first Service announced from here (key, address) whose address is in no pool
+    /// of `cfg`.
+    fn orphaned(&self, cfg: &Config) -> Option<(String, IpAddr)> {
+        let in_no_pool = |ip: &IpAddr| !cfg.pools.values().any(|p| p.contains(*ip));
+        self.announced
+            .iter()
+            .flat_map(|(k, a)| a.ips.iter().map(move |ip| (k.as_str(), *ip)))
+            .chain(self.l2.announced_ips())
+            .find(|(_, ip)| in_no_pool(ip))
+            .map(|(k, ip)| (k.to_owned(), ip))
+    }
+
+    /// Whether the latest configuration was refused because a Service announced from
+    /// here has an address in no pool of it: worth loading again once Services change.
+    pub fn refused_for_announced(&self) -> bool {
+        self.refused
     }
 
     /// The configuration in force.

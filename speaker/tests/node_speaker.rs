@@ -460,3 +460,58 @@ spec: {myASN: 64513, peerASN: 64512, interface: eth0}
         "{changes:?}"
     );
 }
+
+/// MetalLB's `SetConfig`: a configuration that leaves a Service announced from here with
+/// an address in no pool is refused (the running one stays and goes on announcing); once
+/// the Service is gone, the same configuration is accepted (issue 27).
+#[tokio::test]
+async fn a_configuration_orphaning_an_announced_service_is_refused() {
+    let mut h = Harness::new();
+    let running = config("", 50);
+    assert!(matches!(
+        h.node.load(parse(&running), facts(&[])).loaded,
+        Loaded::Accepted
+    ));
+    let web = svc("web", "198.51.100.7");
+    let d = h
+        .node
+        .service("default/web", Some(&web), &slices("web"))
+        .unwrap();
+    assert_eq!(d.result, Ok(()));
+    h.node.publish();
+    h.take();
+    // The pool re-created with other addresses (a delete and a create between two
+    // reads): 198.51.100.7 in no pool.
+    let moved = running.replace("198.51.100.0/24", "203.0.113.0/24");
+    let out = h.node.load(parse(&moved), facts(&[]));
+    let Loaded::Invalid(e) = &out.loaded else {
+        panic!("accepted: {:?}", out.loaded);
+    };
+    assert!(
+        e.contains("default/web") && e.contains("198.51.100.7") && e.contains("no configuration"),
+        "{e}"
+    );
+    assert!(h.node.refused_for_announced());
+    assert!(h.node.tracker().stale());
+    // Nothing is withdrawn: the running configuration still announces the Service.
+    assert_eq!(h.take(), Vec::<String>::new());
+    assert!(
+        h.node
+            .config()
+            .unwrap()
+            .pools
+            .values()
+            .any(|p| p.contains("198.51.100.7".parse().unwrap()))
+    );
+    let d = h
+        .node
+        .service("default/web", Some(&web), &slices("web"))
+        .unwrap();
+    assert_eq!((d.result, d.changed), (Ok(()), false));
+    // The Service goes: the same configuration is accepted.
+    h.node.service("default/web", None, &[]);
+    h.node.publish();
+    let out = h.node.load(parse(&moved), facts(&[]));
+    assert!(matches!(out.loaded, Loaded::Accepted), "{:?}", out.loaded);
+    assert!(!h.node.refused_for_announced());
+}
