@@ -23,6 +23,10 @@ use crate::wire::{MAX_DATAGRAM, SecretKey};
 /// (the live set is never lost: it is a watch).
 pub const EVENT_QUEUE: usize = 1024;
 
+/// Datagrams read per wake-up of the task before its timers run: a flood
+/// on the port delays a heartbeat by one batch at most.
+pub const MAX_DRAIN: usize = 64;
+
 /// What the edge needs besides the core's settings.
 #[derive(Clone, Debug)]
 pub struct EdgeConfig {
@@ -235,6 +239,10 @@ impl Task {
             };
             tokio::select! {
                 biased;
+                // timers before the socket: a datagram flood must not
+                // starve the heartbeats and the detection (polled first,
+                // and run below whatever woke the task)
+                () = sleep => {}
                 done = &mut self.leave => {
                     // an error: the handle was dropped, stop silently
                     if let Ok(done) = done {
@@ -258,13 +266,10 @@ impl Task {
                     Ok((len, from)) => {
                         let now = self.now();
                         self.core.handle_datagram(from, &buf[..len], now);
+                        self.drain(&mut buf);
                     }
                     Err(error) => debug!(%error, "membership receive"),
                 },
-                () = sleep => {
-                    let now = self.now();
-                    self.core.tick(now);
-                }
                 changed = self.seeds.changed() => {
                     if changed.is_ok() {
                         self.join_non_members();
@@ -272,7 +277,30 @@ impl Task {
                 }
                 _ = rejoin.tick() => self.join_non_members(),
             }
+            let now = self.now();
+            if self.core.next_deadline().is_some_and(|at| at <= now) {
+                self.core.tick(now);
+            }
             self.flush();
+        }
+    }
+
+    /// Reads the datagrams already waiting, at most [`MAX_DRAIN`] in all
+    /// per wake-up, so that the timers run between batches.
+    fn drain(&mut self, buf: &mut [u8]) {
+        for _ in 1..MAX_DRAIN {
+            match self.socket.try_recv_from(buf) {
+                Ok((len, from)) => {
+                    let now = self.now();
+                    self.core.handle_datagram(from, &buf[..len], now);
+                }
+                Err(error) => {
+                    if error.kind() != std::io::ErrorKind::WouldBlock {
+                        debug!(%error, "membership receive");
+                    }
+                    return;
+                }
+            }
         }
     }
 
