@@ -20,7 +20,9 @@ use sha2::Digest;
 use tracing::{debug, info, warn};
 
 use crate::identity::NodeId;
-use crate::wire::{Control, FrameError, Framer, Kind, MAX_BODY, SecretKey, Sender, SwimCodec};
+use crate::wire::{
+    Control, FrameError, Framer, Kind, MAX_BODY, Opened, SecretKey, Sender, Stamp, SwimCodec,
+};
 
 const NS_PER_MS: u64 = 1_000_000;
 
@@ -171,8 +173,14 @@ pub struct Counters {
     pub received: [u64; Kind::ALL.len()],
     pub auth_failures: u64,
     pub malformed: u64,
-    /// Heartbeats refused as replays (sequence not above the last one).
+    /// Datagrams refused as replays: an authenticated datagram seen
+    /// before or older than the replay window, or a heartbeat whose
+    /// sequence is not above the last one.
     pub replays: u64,
+    /// State syncs refused (the sender is not a member at the source
+    /// address) or not answered (answered that source less than a second
+    /// ago).
+    pub sync_refused: u64,
     /// Fast-path messages from a name that is not a live member.
     pub unknown_sender: u64,
     pub owner_down: u64,
@@ -272,6 +280,91 @@ pub struct Core {
     left: bool,
     outputs: Vec<Output>,
     counters: Counters,
+    /// Authenticated datagrams seen lately, per sending process.
+    replay: ReplayGuard,
+    /// When each source address was last sent our state in answer to a
+    /// sync (one answer a second per source).
+    sync_answered: BTreeMap<SocketAddr, u64>,
+}
+
+/// How far (ms, on the sender's clock) an authenticated datagram may be
+/// older than the newest one seen from its sending process. Within the
+/// window every datagram is remembered (its nonce counter) and accepted
+/// once; below it, refused.
+pub const REPLAY_WINDOW_MS: u64 = 5_000;
+/// Datagrams remembered per sending process (beyond, the oldest are
+/// forgotten and everything up to them is refused).
+const REPLAY_MAX_PER_PROCESS: usize = 1024;
+/// Sending processes remembered (the least recently heard is forgotten).
+const REPLAY_MAX_PROCESSES: usize = 4096;
+/// A source address is sent our state in answer to a sync at most this
+/// often.
+pub const SYNC_ANSWER_EVERY_NS: u64 = 1_000_000_000;
+
+/// What one sending process sent lately (see [`ReplayGuard`]).
+#[derive(Debug, Default)]
+struct SeenFrom {
+    newest_ms: u64,
+    /// Nonce counters at or below this are refused (forgotten ones).
+    floor_counter: Option<u64>,
+    /// Nonce counter -> the sender's clock, within the window.
+    seen: BTreeMap<u64, u64>,
+    heard_ns: u64,
+}
+
+/// Refuses authenticated datagrams seen before. Every sealed datagram
+/// carries its sender's nonce prefix (one per process), a counter unique
+/// within that process and the sender's clock, all authenticated. The
+/// receiver keeps, per process, the counters of the last
+/// [`REPLAY_WINDOW_MS`] of the sender's clock: a datagram older than that
+/// or seen before is refused. No clock synchronisation is needed (the
+/// window is on the sender's own clock). A process not heard from since
+/// this node started (or forgotten) has no history: its first datagram is
+/// accepted, so a capture can be replayed once to a node that restarted.
+#[derive(Debug, Default)]
+struct ReplayGuard {
+    processes: BTreeMap<[u8; 16], SeenFrom>,
+}
+
+impl ReplayGuard {
+    fn accept(&mut self, stamp: Stamp, now: u64) -> bool {
+        if !self.processes.contains_key(&stamp.process)
+            && self.processes.len() >= REPLAY_MAX_PROCESSES
+        {
+            let oldest = self
+                .processes
+                .iter()
+                .min_by_key(|(_, seen)| seen.heard_ns)
+                .map(|(process, _)| *process);
+            if let Some(oldest) = oldest {
+                self.processes.remove(&oldest);
+            }
+        }
+        let seen = self.processes.entry(stamp.process).or_default();
+        let too_old = stamp.sent_ms < seen.newest_ms.saturating_sub(REPLAY_WINDOW_MS);
+        let forgotten = seen.floor_counter.is_some_and(|c| stamp.counter <= c);
+        if too_old || forgotten || seen.seen.contains_key(&stamp.counter) {
+            return false;
+        }
+        seen.heard_ns = now;
+        seen.seen.insert(stamp.counter, stamp.sent_ms);
+        seen.newest_ms = seen.newest_ms.max(stamp.sent_ms);
+        // counters grow with the sender's clock: the oldest come first
+        let cutoff = seen.newest_ms.saturating_sub(REPLAY_WINDOW_MS);
+        while seen
+            .seen
+            .first_key_value()
+            .is_some_and(|(_, sent)| *sent < cutoff)
+        {
+            seen.seen.pop_first();
+        }
+        while seen.seen.len() > REPLAY_MAX_PER_PROCESS {
+            if let Some((counter, _)) = seen.seen.pop_first() {
+                seen.floor_counter = Some(counter);
+            }
+        }
+        true
+    }
 }
 
 /// An owner this node declared down on the fast path.
@@ -363,6 +456,8 @@ impl Core {
             live,
             left: false,
             outputs: Vec::new(),
+            replay: ReplayGuard::default(),
+            sync_answered: BTreeMap::new(),
             counters: Counters::default(),
         }
     }
@@ -454,6 +549,7 @@ impl Core {
     /// Announces this node to seed addresses (speaker Pod IPs); their
     /// names are learned from the answers.
     pub fn join(&mut self, seeds: &[SocketAddr], now: u64) {
+        self.clock(now);
         for seed in seeds {
             if *seed == self.cfg.addr {
                 continue;
@@ -466,6 +562,11 @@ impl Core {
         if self.sync_next.is_none() {
             self.sync_next = Some(now.saturating_add(self.sync_interval_ns()));
         }
+    }
+
+    /// The clock sealed into the datagrams sent from now on.
+    fn clock(&mut self, now: u64) {
+        self.framer.set_clock(now / NS_PER_MS);
     }
 
     /// memberlist's push-pull interval, scaled above 32 members.
@@ -481,23 +582,23 @@ impl Core {
             .saturating_mul(scale)
     }
 
-    /// Sends our whole membership state (ourselves included) in as many
-    /// datagrams as it takes; only the first asks for a reply (one full
+    /// Sends our whole membership state in as many datagrams as it takes,
+    /// each starting with our own record (the receiver checks the source
+    /// address against it); only the first asks for a reply (one full
     /// state back, not one per datagram).
     fn send_state(&mut self, to: SocketAddr, reply: bool) {
         let mut reply = reply;
         let own = Member::new(self.foca.identity().clone(), 0, State::Alive);
-        let all: Vec<Member<NodeId>> = std::iter::once(own)
-            .chain(self.foca.iter_membership_state().cloned())
-            .collect();
+        let others: Vec<Member<NodeId>> = self.foca.iter_membership_state().cloned().collect();
         let from = self.sender();
         let budget = MAX_BODY - crate::wire::SYNC_OVERHEAD;
-        let mut chunk = Vec::new();
-        let mut used = 0;
-        for member in all {
+        let own_len = crate::wire::member_len(&own);
+        let mut chunk = vec![own.clone()];
+        let mut used = own_len;
+        for member in others {
             let len = crate::wire::member_len(&member);
-            if used + len > budget && !chunk.is_empty() {
-                let members = std::mem::take(&mut chunk);
+            if used + len > budget && chunk.len() > 1 {
+                let members = std::mem::replace(&mut chunk, vec![own.clone()]);
                 self.send_control(
                     to,
                     &Control::Sync {
@@ -507,25 +608,24 @@ impl Core {
                     },
                 );
                 reply = false;
-                used = 0;
+                used = own_len;
             }
             used += len;
             chunk.push(member);
         }
-        if !chunk.is_empty() {
-            self.send_control(
-                to,
-                &Control::Sync {
-                    from,
-                    reply,
-                    members: chunk,
-                },
-            );
-        }
+        self.send_control(
+            to,
+            &Control::Sync {
+                from,
+                reply,
+                members: chunk,
+            },
+        );
     }
 
     /// The owners this node must watch (it is their next candidate).
     pub fn watch_owners(&mut self, owners: BTreeSet<String>, now: u64) {
+        self.clock(now);
         let mut owners = owners;
         owners.remove(&self.cfg.name);
         self.watched = owners;
@@ -538,6 +638,7 @@ impl Core {
         if self.left {
             return;
         }
+        self.clock(now);
         let from = self.sender();
         let members: Vec<SocketAddr> = self.foca.iter_members().map(|m| m.id().addr).collect();
         for addr in members {
@@ -560,8 +661,14 @@ impl Core {
         if self.left {
             return;
         }
+        self.clock(now);
         let (kind, body) = match self.framer.open(datagram) {
-            Ok(opened) => opened,
+            Ok(Opened { stamp, .. }) if stamp.is_some_and(|s| !self.replay.accept(s, now)) => {
+                self.counters.replays += 1;
+                debug!(%from, "membership datagram refused: a replay");
+                return;
+            }
+            Ok(Opened { kind, body, .. }) => (kind, body),
             Err(FrameError::Authentication) => {
                 self.counters.auth_failures += 1;
                 debug!(%from, "membership datagram failed authentication");
@@ -613,6 +720,7 @@ impl Core {
 
     /// Runs everything due at `now`.
     pub fn tick(&mut self, now: u64) {
+        self.clock(now);
         // foca timers
         while let Some(entry) = self.timers.first_entry() {
             if entry.key().0 > now {
@@ -1217,6 +1325,60 @@ impl Core {
 
     // ---- control messages ----
 
+    /// A part of another member's state. Taken only from a member at the
+    /// address it sends from: the address we know for its identity, or, for
+    /// an identity we do not know yet (a join, a restart, a renewal), the
+    /// address of its own record in the sync. Answered (our whole state,
+    /// tens of datagrams at 1,000 members) at most once a second per
+    /// source, and only to that source.
+    fn on_sync(
+        &mut self,
+        from_addr: SocketAddr,
+        from: &Sender,
+        reply: bool,
+        members: Vec<Member<NodeId>>,
+        now: u64,
+    ) {
+        let known = self
+            .foca
+            .iter_membership_state()
+            .find(|m| m.id().name == from.name)
+            .map(|m| m.id().clone());
+        let claimed = match &known {
+            Some(id) if id.generation > from.generation => None,
+            Some(id) if id.generation == from.generation => Some(id.addr),
+            _ => members
+                .iter()
+                .find(|m| m.id().name == from.name && m.id().generation == from.generation)
+                .map(|m| m.id().addr),
+        };
+        if claimed != Some(from_addr) {
+            self.counters.sync_refused += 1;
+            debug!(%from_addr, node = %from.name, "state sync refused: not a member at that address");
+            return;
+        }
+        let result = self
+            .foca
+            .apply_many(members.into_iter(), true, &mut self.runtime);
+        self.after_foca(result, now);
+        if !reply {
+            return;
+        }
+        if self
+            .sync_answered
+            .get(&from_addr)
+            .is_some_and(|at| now.saturating_sub(*at) < SYNC_ANSWER_EVERY_NS)
+        {
+            self.counters.sync_refused += 1;
+            debug!(%from_addr, "state sync not answered: answered less than a second ago");
+            return;
+        }
+        self.sync_answered
+            .retain(|_, at| now.saturating_sub(*at) < SYNC_ANSWER_EVERY_NS);
+        self.sync_answered.insert(from_addr, now);
+        self.send_state(from_addr, false);
+    }
+
     fn sender(&self) -> Sender {
         Sender {
             name: self.cfg.name.clone(),
@@ -1302,15 +1464,11 @@ impl Core {
                     check.acks.insert(from.name);
                 }
             }
-            Control::Sync { reply, members, .. } => {
-                let result = self
-                    .foca
-                    .apply_many(members.into_iter(), true, &mut self.runtime);
-                self.after_foca(result, now);
-                if reply {
-                    self.send_state(from_addr, false);
-                }
-            }
+            Control::Sync {
+                from,
+                reply,
+                members,
+            } => self.on_sync(from_addr, &from, reply, members, now),
             Control::Leave { from } => {
                 let Some(member) = self.member(&from.name) else {
                     return;
@@ -1326,5 +1484,230 @@ impl Core {
                 self.after_foca(result, now);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &[u8] = b"dW5pdC10ZXN0LXNlY3JldA";
+    const MS: u64 = NS_PER_MS;
+
+    fn key() -> Option<SecretKey> {
+        Some(SecretKey::from_secret(SECRET).unwrap())
+    }
+
+    fn addr(host: &str) -> SocketAddr {
+        format!("{host}:7946").parse().unwrap()
+    }
+
+    /// The core under test: node-0 at 192.0.2.1.
+    fn core() -> Core {
+        Core::new(Config::new("node-0", addr("192.0.2.1"), 1), key(), 7)
+    }
+
+    /// Another process, sealing datagrams as a member would.
+    struct Peer {
+        sender: Sender,
+        addr: SocketAddr,
+        framer: Framer,
+    }
+
+    impl Peer {
+        fn new(name: &str, host: &str, prefix: u8) -> Peer {
+            Peer {
+                sender: Sender {
+                    name: name.into(),
+                    generation: 1,
+                },
+                addr: addr(host),
+                framer: Framer::new(key(), [prefix; 16]),
+            }
+        }
+
+        fn id(&self) -> NodeId {
+            NodeId::new(self.sender.name.clone(), self.addr, self.sender.generation)
+        }
+
+        fn seal(&mut self, control: &Control, at_ms: u64) -> Vec<u8> {
+            self.framer.set_clock(at_ms);
+            self.framer
+                .seal(control.kind(), &control.encode().unwrap())
+                .unwrap()
+        }
+
+        /// A sync with its own record first, then `others`, as
+        /// `send_state` sends it.
+        fn sync(&mut self, reply: bool, others: &[NodeId], at_ms: u64) -> Vec<u8> {
+            let members = std::iter::once(self.id())
+                .chain(others.iter().cloned())
+                .map(|id| Member::new(id, 0, State::Alive))
+                .collect();
+            let control = Control::Sync {
+                from: self.sender.clone(),
+                reply,
+                members,
+            };
+            self.seal(&control, at_ms)
+        }
+    }
+
+    fn sends(core: &mut Core, to: SocketAddr, kind: Kind) -> usize {
+        core.take_outputs()
+            .iter()
+            .filter(|o| matches!(o, Output::Send { to: t, kind: k, .. } if *t == to && *k == kind))
+            .count()
+    }
+
+    fn is_member(core: &Core, name: &str) -> bool {
+        core.members().iter().any(|(id, ..)| id.name == name)
+    }
+
+    #[test]
+    fn a_sync_from_another_address_than_the_senders_is_refused() {
+        let mut core = core();
+        let mut peer = Peer::new("node-1", "192.0.2.2", 1);
+        let third = NodeId::new("node-3", addr("192.0.2.4"), 1);
+        // a (replayed or forged) sync whose source is not the sender's
+        // address: no answer to the source, nothing applied
+        let victim = addr("203.0.113.9");
+        let datagram = peer.sync(true, std::slice::from_ref(&third), 1_000);
+        core.handle_datagram(victim, &datagram, 1_000 * MS);
+        assert_eq!(sends(&mut core, victim, Kind::Sync), 0, "no answer");
+        assert!(!is_member(&core, "node-1") && !is_member(&core, "node-3"));
+        assert_eq!(core.counters().sync_refused, 1);
+        // a sync that does not carry its sender's record, from a non-member
+        let bare = Control::Sync {
+            from: peer.sender.clone(),
+            reply: true,
+            members: vec![Member::new(third.clone(), 0, State::Alive)],
+        };
+        let datagram = peer.seal(&bare, 1_001);
+        core.handle_datagram(peer.addr, &datagram, 1_001 * MS);
+        assert_eq!(sends(&mut core, peer.addr, Kind::Sync), 0);
+        assert!(!is_member(&core, "node-3"));
+        assert_eq!(core.counters().sync_refused, 2);
+        // the sender at its own address: applied and answered there
+        let datagram = peer.sync(true, std::slice::from_ref(&third), 1_002);
+        core.handle_datagram(peer.addr, &datagram, 1_002 * MS);
+        assert!(sends(&mut core, peer.addr, Kind::Sync) >= 1, "answered");
+        assert!(is_member(&core, "node-1") && is_member(&core, "node-3"));
+        // once a member, it is known at that address only
+        let datagram = peer.sync(true, &[], 3_000);
+        core.handle_datagram(victim, &datagram, 3_000 * MS);
+        assert_eq!(sends(&mut core, victim, Kind::Sync), 0);
+        assert_eq!(core.counters().sync_refused, 3);
+    }
+
+    #[test]
+    fn sync_answers_are_limited_to_one_a_second_per_source() {
+        let mut core = core();
+        let mut peer = Peer::new("node-1", "192.0.2.2", 1);
+        let mut answers = Vec::new();
+        for at_ms in [1_000, 1_100, 1_500, 1_999, 2_000, 2_300, 3_100] {
+            let datagram = peer.sync(true, &[], at_ms);
+            core.handle_datagram(peer.addr, &datagram, at_ms * MS);
+            if sends(&mut core, peer.addr, Kind::Sync) > 0 {
+                answers.push(at_ms);
+            }
+        }
+        assert_eq!(answers, [1_000, 2_000, 3_100]);
+        assert_eq!(core.counters().sync_refused, 4);
+        // the limit is per source: another member is answered meanwhile
+        let mut other = Peer::new("node-2", "192.0.2.3", 2);
+        let datagram = other.sync(true, &[], 3_200);
+        core.handle_datagram(other.addr, &datagram, 3_200 * MS);
+        assert!(sends(&mut core, other.addr, Kind::Sync) >= 1);
+        // a sync that asks for no answer is still applied
+        let third = NodeId::new("node-3", addr("192.0.2.4"), 1);
+        let datagram = peer.sync(false, &[third], 3_300);
+        core.handle_datagram(peer.addr, &datagram, 3_300 * MS);
+        assert!(is_member(&core, "node-3"));
+    }
+
+    #[test]
+    fn replayed_datagrams_are_refused() {
+        let mut core = core();
+        let mut peer = Peer::new("node-1", "192.0.2.2", 1);
+        let ping = |id| Control::Ping {
+            from: Sender {
+                name: "node-1".into(),
+                generation: 1,
+            },
+            id,
+        };
+        // the same datagram twice: one answer
+        let datagram = peer.seal(&ping(1), 1_000);
+        core.handle_datagram(peer.addr, &datagram, 1_000 * MS);
+        assert_eq!(sends(&mut core, peer.addr, Kind::Ack), 1);
+        core.handle_datagram(peer.addr, &datagram, 1_100 * MS);
+        assert_eq!(sends(&mut core, peer.addr, Kind::Ack), 0, "replay");
+        assert_eq!(core.counters().replays, 1);
+        // datagrams reordered within the window are all taken, once
+        let early = peer.seal(&ping(2), 1_200);
+        let late = peer.seal(&ping(3), 1_300);
+        core.handle_datagram(peer.addr, &late, 1_300 * MS);
+        core.handle_datagram(peer.addr, &early, 1_301 * MS);
+        assert_eq!(sends(&mut core, peer.addr, Kind::Ack), 2);
+        // a datagram never seen but older than the window (on the sender's
+        // clock) is refused: a capture kept for later
+        let kept = peer.seal(&ping(4), 2_000);
+        let newer = peer.seal(&ping(5), 2_000 + REPLAY_WINDOW_MS + 1);
+        core.handle_datagram(peer.addr, &newer, 2_000 * MS);
+        core.handle_datagram(peer.addr, &kept, 2_001 * MS);
+        assert_eq!(sends(&mut core, peer.addr, Kind::Ack), 1);
+        assert_eq!(core.counters().replays, 2);
+        // another process of the same node has its own history
+        let mut restarted = Peer::new("node-1", "192.0.2.2", 9);
+        let datagram = restarted.seal(&ping(6), 10);
+        core.handle_datagram(peer.addr, &datagram, 2_002 * MS);
+        assert_eq!(sends(&mut core, peer.addr, Kind::Ack), 1);
+        // a replayed sync is neither applied nor answered again
+        let third = NodeId::new("node-3", addr("192.0.2.4"), 1);
+        let sync = peer.sync(true, &[third], 9_000);
+        core.handle_datagram(peer.addr, &sync, 9_000 * MS);
+        assert!(sends(&mut core, peer.addr, Kind::Sync) >= 1);
+        core.handle_datagram(peer.addr, &sync, 12_000 * MS);
+        assert_eq!(sends(&mut core, peer.addr, Kind::Sync), 0);
+        assert_eq!(core.counters().replays, 3);
+    }
+
+    #[test]
+    fn the_replay_guard_forgets_within_its_bounds() {
+        let mut guard = ReplayGuard::default();
+        let stamp = |process: u8, counter: u64, sent_ms: u64| Stamp {
+            process: [process; 16],
+            counter,
+            sent_ms,
+        };
+        // a fast sender: at most REPLAY_MAX_PER_PROCESS kept; the forgotten
+        // ones are refused
+        for c in 0..(REPLAY_MAX_PER_PROCESS as u64 + 10) {
+            assert!(guard.accept(stamp(1, c, 100), c));
+        }
+        assert_eq!(guard.processes[&[1; 16]].seen.len(), REPLAY_MAX_PER_PROCESS);
+        assert!(!guard.accept(stamp(1, 3, 100), 0));
+        assert!(!guard.accept(stamp(1, REPLAY_MAX_PER_PROCESS as u64, 100), 0));
+        // many processes: the least recently heard is forgotten
+        let process = |p: usize| {
+            let mut prefix = [0xffu8; 16];
+            prefix[..8].copy_from_slice(&(p as u64).to_be_bytes());
+            prefix
+        };
+        for p in 0..=REPLAY_MAX_PROCESSES {
+            let s = Stamp {
+                process: process(p),
+                counter: 1,
+                sent_ms: 5,
+            };
+            assert!(guard.accept(s, 10_000 + p as u64));
+        }
+        assert_eq!(guard.processes.len(), REPLAY_MAX_PROCESSES);
+        // the fast sender, heard first, then process 0
+        assert!(!guard.processes.contains_key(&[1; 16]));
+        assert!(!guard.processes.contains_key(&process(0)));
+        assert!(guard.processes.contains_key(&process(1)));
+        assert!(guard.processes.contains_key(&process(REPLAY_MAX_PROCESSES)));
     }
 }

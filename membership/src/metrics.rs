@@ -19,6 +19,7 @@ pub struct Metrics {
     auth_failures: IntCounter,
     malformed: IntCounter,
     replays: IntCounter,
+    sync_refused: IntCounter,
     packets_sent: IntCounterVec,
     packets_received: IntCounterVec,
     fenced: IntGauge,
@@ -67,7 +68,11 @@ impl Metrics {
             ))?,
             replays: IntCounter::with_opts(opts(
                 "replays_total",
-                "Heartbeats refused as replays.",
+                "Authenticated datagrams refused as replays (seen before, older than the window, or a heartbeat sequence not above the last).",
+            ))?,
+            sync_refused: IntCounter::with_opts(opts(
+                "sync_refused_total",
+                "State syncs refused (sender not a member at the source address) or not answered (that source was answered less than a second ago).",
             ))?,
             packets_sent: IntCounterVec::new(
                 opts("packets_sent_total", "Datagrams sent, by type."),
@@ -105,6 +110,7 @@ impl Metrics {
         registry.register(Box::new(metrics.auth_failures.clone()))?;
         registry.register(Box::new(metrics.malformed.clone()))?;
         registry.register(Box::new(metrics.replays.clone()))?;
+        registry.register(Box::new(metrics.sync_refused.clone()))?;
         registry.register(Box::new(metrics.packets_sent.clone()))?;
         registry.register(Box::new(metrics.packets_received.clone()))?;
         registry.register(Box::new(metrics.fenced.clone()))?;
@@ -141,6 +147,8 @@ impl Metrics {
         self.malformed
             .inc_by(delta(now.malformed, self.last.malformed));
         self.replays.inc_by(delta(now.replays, self.last.replays));
+        self.sync_refused
+            .inc_by(delta(now.sync_refused, self.last.sync_refused));
         for kind in Kind::ALL {
             let i = kind.index();
             self.packets_sent

@@ -212,7 +212,7 @@ async fn a_udp_flood_does_not_stop_the_timers() {
             let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
             let mut junk = vec![0xa5u8; 1400];
             junk[0] = 1; // SWIM
-            junk[1] = 1; // sealed
+            junk[1] = 2; // sealed
             let started = Instant::now();
             let mut count = 0u64;
             while !stop.load(Ordering::Relaxed)
