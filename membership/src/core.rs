@@ -183,6 +183,9 @@ pub struct Counters {
     pub sync_refused: u64,
     /// Fast-path messages from a name that is not a live member.
     pub unknown_sender: u64,
+    /// Heartbeat losses that no helper answered for, neither reached nor
+    /// not: this node is taken to be the one cut off, nothing moves.
+    pub unconfirmed: u64,
     pub owner_down: u64,
     pub path_faults: u64,
     pub fences: u64,
@@ -227,9 +230,13 @@ struct Heartbeat {
 struct Confirmation {
     owner: NodeId,
     round: u8,
-    id: u64,
+    /// The request ids of every round so far (a late answer still counts).
+    ids: Vec<u64>,
     deadline: u64,
     last_rx_ns: Option<u64>,
+    /// A helper answered that it could not reach the owner either: this
+    /// node is not the one cut off.
+    nacked: bool,
 }
 
 #[derive(Debug)]
@@ -237,6 +244,8 @@ struct Relay {
     requester: SocketAddr,
     request_id: u64,
     target: String,
+    /// When the requester is told the target did not answer (if it has not).
+    nack_at: Option<u64>,
     expires: u64,
 }
 
@@ -535,7 +544,11 @@ impl Core {
             .min();
         let confirm = self.confirmations.values().map(|c| c.deadline).min();
         let reconfirm = self.reconfirm.values().copied().min();
-        let relays = self.relays.values().map(|r| r.expires).min();
+        let relays = self
+            .relays
+            .values()
+            .map(|r| r.nack_at.unwrap_or(r.expires))
+            .min();
         let fence = self.fence_check.as_ref().map(|f| f.deadline);
         [
             foca,
@@ -842,6 +855,23 @@ impl Core {
                 let last = self.sessions.get(&name).and_then(|hb| hb.last_rx_ns);
                 self.start_confirmation(&name, last, now);
             }
+        }
+        let nacks: Vec<(SocketAddr, u64, String)> = self
+            .relays
+            .values_mut()
+            .filter(|relay| relay.nack_at.is_some_and(|at| at <= now))
+            .map(|relay| {
+                relay.nack_at = None;
+                (relay.requester, relay.request_id, relay.target.clone())
+            })
+            .collect();
+        for (requester, id, target) in nacks {
+            let nack = Control::ProbeNack {
+                from: self.sender(),
+                id,
+                target,
+            };
+            self.send_control(requester, &nack);
         }
         self.relays.retain(|_, relay| relay.expires > now);
         if self.fence_check.as_ref().is_some_and(|f| f.deadline <= now) {
@@ -1222,9 +1252,10 @@ impl Core {
         let confirmation = Confirmation {
             owner: member.id().clone(),
             round: 0,
-            id: 0,
+            ids: Vec::new(),
             deadline: now,
             last_rx_ns: last_rx,
+            nacked: false,
         };
         self.confirmations.insert(owner.to_string(), confirmation);
         if !self.probe_round(owner, now) {
@@ -1249,7 +1280,7 @@ impl Core {
         let Some(confirmation) = self.confirmations.get_mut(owner) else {
             return false;
         };
-        confirmation.id = id;
+        confirmation.ids.push(id);
         confirmation.round += 1;
         confirmation.deadline = now.saturating_add(timeout);
         let control = Control::ProbeRequest {
@@ -1268,10 +1299,41 @@ impl Core {
         let Some(confirmation) = self.confirmations.get(owner) else {
             return;
         };
-        if confirmation.round <= self.cfg.probe_retries && self.probe_round(owner, now) {
+        let (round, nacked) = (confirmation.round, confirmation.nacked);
+        if round <= self.cfg.probe_retries && self.probe_round(owner, now) {
             return;
         }
-        self.declare_down(owner, now);
+        if nacked {
+            self.declare_down(owner, now);
+        } else {
+            self.unconfirmed(owner, now);
+        }
+    }
+
+    /// No helper answered at all, not even that it could not reach the
+    /// owner: this node is most likely the one cut off (its own link flaps)
+    /// and must not take every address it is next for. Nothing moves; the
+    /// check runs again after `reconfirm_interval` while the heartbeat
+    /// stays down. (With no helper at all, two members, the loss is still
+    /// taken as down at once: nobody can tell the two cases apart.)
+    fn unconfirmed(&mut self, owner: &str, now: u64) {
+        self.confirmations.remove(owner);
+        self.counters.unconfirmed += 1;
+        warn!(
+            node = owner,
+            "heartbeat lost and no helper answered: this node is likely cut off, nothing moves"
+        );
+        let again = u64::try_from(self.cfg.reconfirm_interval.as_nanos()).unwrap_or(u64::MAX);
+        self.reconfirm
+            .insert(owner.to_string(), now.saturating_add(again));
+    }
+
+    fn on_probe_nack(&mut self, id: u64, target: &str) {
+        if let Some(confirmation) = self.confirmations.get_mut(target)
+            && confirmation.ids.contains(&id)
+        {
+            confirmation.nacked = true;
+        }
     }
 
     fn declare_down(&mut self, owner: &str, now: u64) {
@@ -1321,7 +1383,7 @@ impl Core {
         let Some(confirmation) = self.confirmations.get(target) else {
             return;
         };
-        if confirmation.id != id {
+        if !confirmation.ids.contains(&id) {
             return;
         }
         self.confirmations.remove(target);
@@ -1497,14 +1559,16 @@ impl Core {
                     return;
                 }
                 let ping_id: u64 = self.rng.random();
-                let window = 2 * u64::try_from(self.cfg.probe_timeout.as_nanos()).unwrap_or(0);
+                let timeout = u64::try_from(self.cfg.probe_timeout.as_nanos()).unwrap_or(0);
                 self.relays.insert(
                     ping_id,
                     Relay {
                         requester: from_addr,
                         request_id: id,
                         target,
-                        expires: now.saturating_add(window),
+                        // within the requester's round (Lifeguard: 80 %)
+                        nack_at: Some(now.saturating_add(timeout / 5 * 4)),
+                        expires: now.saturating_add(2 * timeout),
                     },
                 );
                 let ping = Control::Ping {
@@ -1514,6 +1578,7 @@ impl Core {
                 self.send_control(target_addr, &ping);
             }
             Control::ProbeReply { id, target, .. } => self.on_probe_reply(id, &target, now),
+            Control::ProbeNack { id, target, .. } => self.on_probe_nack(id, &target),
             Control::Ping { id, .. } => {
                 let ack = Control::Ack {
                     from: self.sender(),

@@ -15,6 +15,7 @@ pub struct Metrics {
     members: IntGaugeVec,
     owner_down: IntCounter,
     path_faults: IntCounter,
+    unconfirmed: IntCounter,
     detection: Histogram,
     auth_failures: IntCounter,
     malformed: IntCounter,
@@ -49,6 +50,10 @@ impl Metrics {
             path_faults: IntCounter::with_opts(opts(
                 "path_faults_total",
                 "Heartbeat losses where a helper still reached the owner (nothing moved).",
+            ))?,
+            unconfirmed: IntCounter::with_opts(opts(
+                "unconfirmed_total",
+                "Heartbeat losses no helper answered for (this speaker likely cut off; nothing moved).",
             ))?,
             detection: Histogram::with_opts(
                 HistogramOpts::new(
@@ -110,6 +115,7 @@ impl Metrics {
         registry.register(Box::new(metrics.auth_failures.clone()))?;
         registry.register(Box::new(metrics.malformed.clone()))?;
         registry.register(Box::new(metrics.replays.clone()))?;
+        registry.register(Box::new(metrics.unconfirmed.clone()))?;
         registry.register(Box::new(metrics.sync_refused.clone()))?;
         registry.register(Box::new(metrics.packets_sent.clone()))?;
         registry.register(Box::new(metrics.packets_received.clone()))?;
@@ -142,6 +148,8 @@ impl Metrics {
             .inc_by(delta(now.owner_down, self.last.owner_down));
         self.path_faults
             .inc_by(delta(now.path_faults, self.last.path_faults));
+        self.unconfirmed
+            .inc_by(delta(now.unconfirmed, self.last.unconfirmed));
         self.auth_failures
             .inc_by(delta(now.auth_failures, self.last.auth_failures));
         self.malformed

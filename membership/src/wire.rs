@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! 0      kind: 1 SWIM (foca), 2 heartbeat, 3 probe request, 4 probe reply,
-//!           5 ping, 6 ack, 7 leave, 8 state sync
+//!           5 ping, 6 ack, 7 leave, 8 state sync, 9 probe nack
 //! 1      mode: 0 plain, 2 sealed (XChaCha20-Poly1305)
 //! sealed: 2..10 the sender's clock (ms, big-endian, monotonic within the
 //!         sending process), 10..34 nonce, then the ciphertext of the body,
@@ -66,10 +66,11 @@ pub enum Kind {
     Ack = 6,
     Leave = 7,
     Sync = 8,
+    ProbeNack = 9,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Swim,
         Kind::Heartbeat,
         Kind::ProbeRequest,
@@ -78,6 +79,7 @@ impl Kind {
         Kind::Ack,
         Kind::Leave,
         Kind::Sync,
+        Kind::ProbeNack,
     ];
 
     pub fn from_byte(byte: u8) -> Option<Kind> {
@@ -95,6 +97,7 @@ impl Kind {
             Kind::Ack => "ack",
             Kind::Leave => "leave",
             Kind::Sync => "sync",
+            Kind::ProbeNack => "probe_nack",
         }
     }
 
@@ -632,6 +635,14 @@ pub enum Control {
         id: u64,
         target: String,
     },
+    /// `target` did not answer the ping of request `id` in time (Lifeguard's
+    /// indirect-probe NACK): the requester reaches this helper, so it is not
+    /// the one cut off.
+    ProbeNack {
+        from: Sender,
+        id: u64,
+        target: String,
+    },
     Ping {
         from: Sender,
         id: u64,
@@ -668,6 +679,7 @@ impl Control {
             Control::Heartbeat { .. } => Kind::Heartbeat,
             Control::ProbeRequest { .. } => Kind::ProbeRequest,
             Control::ProbeReply { .. } => Kind::ProbeReply,
+            Control::ProbeNack { .. } => Kind::ProbeNack,
             Control::Ping { .. } => Kind::Ping,
             Control::Ack { .. } => Kind::Ack,
             Control::Leave { .. } => Kind::Leave,
@@ -680,6 +692,7 @@ impl Control {
             Control::Heartbeat { from, .. }
             | Control::ProbeRequest { from, .. }
             | Control::ProbeReply { from, .. }
+            | Control::ProbeNack { from, .. }
             | Control::Ping { from, .. }
             | Control::Ack { from, .. }
             | Control::Leave { from }
@@ -714,7 +727,7 @@ impl Control {
                 put_name(&mut buf, target)?;
                 put_addr(&mut buf, target_addr);
             }
-            Control::ProbeReply { id, target, .. } => {
+            Control::ProbeReply { id, target, .. } | Control::ProbeNack { id, target, .. } => {
                 buf.put_u64(*id);
                 put_name(&mut buf, target)?;
             }
@@ -767,6 +780,11 @@ impl Control {
                 target_addr: get_addr(&mut buf)?,
             },
             Kind::ProbeReply => Control::ProbeReply {
+                from,
+                id: get_u64(&mut buf)?,
+                target: get_name(&mut buf, false)?,
+            },
+            Kind::ProbeNack => Control::ProbeNack {
                 from,
                 id: get_u64(&mut buf)?,
                 target: get_name(&mut buf, false)?,
@@ -932,6 +950,11 @@ mod tests {
             Control::ProbeReply {
                 from: sender(),
                 id: 5,
+                target: "node-b".into(),
+            },
+            Control::ProbeNack {
+                from: sender(),
+                id: 6,
                 target: "node-b".into(),
             },
             Control::Ping {
