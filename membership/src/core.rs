@@ -20,7 +20,9 @@ use sha2::Digest;
 use tracing::{debug, info, warn};
 
 use crate::identity::NodeId;
-use crate::wire::{Control, FrameError, Framer, Kind, MAX_BODY, SecretKey, Sender, SwimCodec};
+use crate::wire::{
+    Control, FrameError, Framer, Kind, MAX_BODY, Opened, SecretKey, Sender, Stamp, SwimCodec,
+};
 
 const NS_PER_MS: u64 = 1_000_000;
 
@@ -120,7 +122,7 @@ pub fn swim_config(n: u32, wan: bool) -> foca::Config {
 }
 
 /// How often (LAN) two members held as Down are announced to.
-pub const ANNOUNCE_TO_DOWN: Duration = Duration::from_secs(5);
+pub const ANNOUNCE_TO_DOWN: Duration = Duration::from_secs(1);
 
 /// What the caller reacts to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -171,10 +173,19 @@ pub struct Counters {
     pub received: [u64; Kind::ALL.len()],
     pub auth_failures: u64,
     pub malformed: u64,
-    /// Heartbeats refused as replays (sequence not above the last one).
+    /// Datagrams refused as replays: an authenticated datagram seen
+    /// before or older than the replay window, or a heartbeat whose
+    /// sequence is not above the last one.
     pub replays: u64,
+    /// State syncs refused (the sender is not a member at the source
+    /// address) or not answered (answered that source less than a second
+    /// ago).
+    pub sync_refused: u64,
     /// Fast-path messages from a name that is not a live member.
     pub unknown_sender: u64,
+    /// Heartbeat losses that no helper answered for, neither reached nor
+    /// not: this node is taken to be the one cut off, nothing moves.
+    pub unconfirmed: u64,
     pub owner_down: u64,
     pub path_faults: u64,
     pub fences: u64,
@@ -219,9 +230,13 @@ struct Heartbeat {
 struct Confirmation {
     owner: NodeId,
     round: u8,
-    id: u64,
+    /// The request ids of every round so far (a late answer still counts).
+    ids: Vec<u64>,
     deadline: u64,
     last_rx_ns: Option<u64>,
+    /// A helper answered that it could not reach the owner either: this
+    /// node is not the one cut off.
+    nacked: bool,
 }
 
 #[derive(Debug)]
@@ -229,6 +244,8 @@ struct Relay {
     requester: SocketAddr,
     request_id: u64,
     target: String,
+    /// When the requester is told the target did not answer (if it has not).
+    nack_at: Option<u64>,
     expires: u64,
 }
 
@@ -272,6 +289,98 @@ pub struct Core {
     left: bool,
     outputs: Vec<Output>,
     counters: Counters,
+    /// Authenticated datagrams seen lately, per sending process.
+    replay: ReplayGuard,
+    /// When each source address was last sent our state in answer to a
+    /// sync (one answer a second per source).
+    sync_answered: BTreeMap<SocketAddr, u64>,
+    /// When each member held Down that was heard from was last told so
+    /// (see [`Core::heard_from_down_member`]).
+    rejoin_told: BTreeMap<String, u64>,
+}
+
+/// A member held Down that sends to this node is told so at most this
+/// often.
+const TELL_DOWN_EVERY_NS: u64 = 1_000_000_000;
+
+/// How far (ms, on the sender's clock) an authenticated datagram may be
+/// older than the newest one seen from its sending process. Within the
+/// window every datagram is remembered (its nonce counter) and accepted
+/// once; below it, refused.
+pub const REPLAY_WINDOW_MS: u64 = 5_000;
+/// Datagrams remembered per sending process (beyond, the oldest are
+/// forgotten and everything up to them is refused).
+const REPLAY_MAX_PER_PROCESS: usize = 1024;
+/// Sending processes remembered (the least recently heard is forgotten).
+const REPLAY_MAX_PROCESSES: usize = 4096;
+/// A source address is sent our state in answer to a sync at most this
+/// often.
+pub const SYNC_ANSWER_EVERY_NS: u64 = 1_000_000_000;
+
+/// What one sending process sent lately (see [`ReplayGuard`]).
+#[derive(Debug, Default)]
+struct SeenFrom {
+    newest_ms: u64,
+    /// Nonce counters at or below this are refused (forgotten ones).
+    floor_counter: Option<u64>,
+    /// Nonce counter -> the sender's clock, within the window.
+    seen: BTreeMap<u64, u64>,
+    heard_ns: u64,
+}
+
+/// Refuses authenticated datagrams seen before. Every sealed datagram
+/// carries its sender's nonce prefix (one per process), a counter unique
+/// within that process and the sender's clock, all authenticated. The
+/// receiver keeps, per process, the counters of the last
+/// [`REPLAY_WINDOW_MS`] of the sender's clock: a datagram older than that
+/// or seen before is refused. No clock synchronisation is needed (the
+/// window is on the sender's own clock). A process not heard from since
+/// this node started (or forgotten) has no history: its first datagram is
+/// accepted, so a capture can be replayed once to a node that restarted.
+#[derive(Debug, Default)]
+struct ReplayGuard {
+    processes: BTreeMap<[u8; 16], SeenFrom>,
+}
+
+impl ReplayGuard {
+    fn accept(&mut self, stamp: Stamp, now: u64) -> bool {
+        if !self.processes.contains_key(&stamp.process)
+            && self.processes.len() >= REPLAY_MAX_PROCESSES
+        {
+            let oldest = self
+                .processes
+                .iter()
+                .min_by_key(|(_, seen)| seen.heard_ns)
+                .map(|(process, _)| *process);
+            if let Some(oldest) = oldest {
+                self.processes.remove(&oldest);
+            }
+        }
+        let seen = self.processes.entry(stamp.process).or_default();
+        let too_old = stamp.sent_ms < seen.newest_ms.saturating_sub(REPLAY_WINDOW_MS);
+        let forgotten = seen.floor_counter.is_some_and(|c| stamp.counter <= c);
+        if too_old || forgotten || seen.seen.contains_key(&stamp.counter) {
+            return false;
+        }
+        seen.heard_ns = now;
+        seen.seen.insert(stamp.counter, stamp.sent_ms);
+        seen.newest_ms = seen.newest_ms.max(stamp.sent_ms);
+        // counters grow with the sender's clock: the oldest come first
+        let cutoff = seen.newest_ms.saturating_sub(REPLAY_WINDOW_MS);
+        while seen
+            .seen
+            .first_key_value()
+            .is_some_and(|(_, sent)| *sent < cutoff)
+        {
+            seen.seen.pop_first();
+        }
+        while seen.seen.len() > REPLAY_MAX_PER_PROCESS {
+            if let Some((counter, _)) = seen.seen.pop_first() {
+                seen.floor_counter = Some(counter);
+            }
+        }
+        true
+    }
 }
 
 /// An owner this node declared down on the fast path.
@@ -363,6 +472,9 @@ impl Core {
             live,
             left: false,
             outputs: Vec::new(),
+            replay: ReplayGuard::default(),
+            sync_answered: BTreeMap::new(),
+            rejoin_told: BTreeMap::new(),
             counters: Counters::default(),
         }
     }
@@ -432,7 +544,11 @@ impl Core {
             .min();
         let confirm = self.confirmations.values().map(|c| c.deadline).min();
         let reconfirm = self.reconfirm.values().copied().min();
-        let relays = self.relays.values().map(|r| r.expires).min();
+        let relays = self
+            .relays
+            .values()
+            .map(|r| r.nack_at.unwrap_or(r.expires))
+            .min();
         let fence = self.fence_check.as_ref().map(|f| f.deadline);
         [
             foca,
@@ -454,6 +570,7 @@ impl Core {
     /// Announces this node to seed addresses (speaker Pod IPs); their
     /// names are learned from the answers.
     pub fn join(&mut self, seeds: &[SocketAddr], now: u64) {
+        self.clock(now);
         for seed in seeds {
             if *seed == self.cfg.addr {
                 continue;
@@ -466,6 +583,68 @@ impl Core {
         if self.sync_next.is_none() {
             self.sync_next = Some(now.saturating_add(self.sync_interval_ns()));
         }
+    }
+
+    /// An authenticated datagram came from the address of a member this
+    /// node holds Down (and of no live member): a partition longer than the
+    /// suspicion has healed, and the sender most likely holds this node
+    /// Down too. Each side tells the other at once, in a sync of two
+    /// records: itself (Alive) and the other as it holds it (Down). The
+    /// other, told it is Down, renews its identity (foca's rejoin) and tells
+    /// back with its new identity, which the first takes in; being told it
+    /// is Down in turn, the first renews too, and its new identity goes out
+    /// in foca's gossip. Without it, the two sides met again only through
+    /// foca's announces to Down members, each renewing one side: 10-15 s
+    /// after the heal in the simulation, 17-20 s in the lab. Only the two
+    /// records travel: this node's view of the others may be the stale one
+    /// (it may be the node that was cut off), and it must not spread it.
+    fn heard_from_down_member(&mut self, from: SocketAddr, now: u64) {
+        let mut down: Option<Member<NodeId>> = None;
+        for member in self.foca.iter_membership_state() {
+            if member.id().addr != from {
+                continue;
+            }
+            if member.state() != State::Down {
+                // a live identity at that address (a restart, a renewal)
+                return;
+            }
+            if down
+                .as_ref()
+                .is_none_or(|d| d.id().generation < member.id().generation)
+            {
+                down = Some(member.clone());
+            }
+        }
+        let Some(down) = down else {
+            return;
+        };
+        let name = down.id().name.clone();
+        if self.member(&name).is_some() {
+            return;
+        }
+        if self
+            .rejoin_told
+            .get(&name)
+            .is_some_and(|at| now.saturating_sub(*at) < TELL_DOWN_EVERY_NS)
+        {
+            return;
+        }
+        self.rejoin_told
+            .retain(|_, at| now.saturating_sub(*at) < TELL_DOWN_EVERY_NS);
+        self.rejoin_told.insert(name.clone(), now);
+        info!(node = %name, "heard from a member held down: telling it, so that both rejoin");
+        let own = Member::new(self.foca.identity().clone(), 0, State::Alive);
+        let control = Control::Sync {
+            from: self.sender(),
+            reply: false,
+            members: vec![own, down],
+        };
+        self.send_control(from, &control);
+    }
+
+    /// The clock sealed into the datagrams sent from now on.
+    fn clock(&mut self, now: u64) {
+        self.framer.set_clock(now / NS_PER_MS);
     }
 
     /// memberlist's push-pull interval, scaled above 32 members.
@@ -481,23 +660,23 @@ impl Core {
             .saturating_mul(scale)
     }
 
-    /// Sends our whole membership state (ourselves included) in as many
-    /// datagrams as it takes; only the first asks for a reply (one full
+    /// Sends our whole membership state in as many datagrams as it takes,
+    /// each starting with our own record (the receiver checks the source
+    /// address against it); only the first asks for a reply (one full
     /// state back, not one per datagram).
     fn send_state(&mut self, to: SocketAddr, reply: bool) {
         let mut reply = reply;
         let own = Member::new(self.foca.identity().clone(), 0, State::Alive);
-        let all: Vec<Member<NodeId>> = std::iter::once(own)
-            .chain(self.foca.iter_membership_state().cloned())
-            .collect();
+        let others: Vec<Member<NodeId>> = self.foca.iter_membership_state().cloned().collect();
         let from = self.sender();
         let budget = MAX_BODY - crate::wire::SYNC_OVERHEAD;
-        let mut chunk = Vec::new();
-        let mut used = 0;
-        for member in all {
+        let own_len = crate::wire::member_len(&own);
+        let mut chunk = vec![own.clone()];
+        let mut used = own_len;
+        for member in others {
             let len = crate::wire::member_len(&member);
-            if used + len > budget && !chunk.is_empty() {
-                let members = std::mem::take(&mut chunk);
+            if used + len > budget && chunk.len() > 1 {
+                let members = std::mem::replace(&mut chunk, vec![own.clone()]);
                 self.send_control(
                     to,
                     &Control::Sync {
@@ -507,25 +686,24 @@ impl Core {
                     },
                 );
                 reply = false;
-                used = 0;
+                used = own_len;
             }
             used += len;
             chunk.push(member);
         }
-        if !chunk.is_empty() {
-            self.send_control(
-                to,
-                &Control::Sync {
-                    from,
-                    reply,
-                    members: chunk,
-                },
-            );
-        }
+        self.send_control(
+            to,
+            &Control::Sync {
+                from,
+                reply,
+                members: chunk,
+            },
+        );
     }
 
     /// The owners this node must watch (it is their next candidate).
     pub fn watch_owners(&mut self, owners: BTreeSet<String>, now: u64) {
+        self.clock(now);
         let mut owners = owners;
         owners.remove(&self.cfg.name);
         self.watched = owners;
@@ -538,6 +716,7 @@ impl Core {
         if self.left {
             return;
         }
+        self.clock(now);
         let from = self.sender();
         let members: Vec<SocketAddr> = self.foca.iter_members().map(|m| m.id().addr).collect();
         for addr in members {
@@ -560,8 +739,14 @@ impl Core {
         if self.left {
             return;
         }
+        self.clock(now);
         let (kind, body) = match self.framer.open(datagram) {
-            Ok(opened) => opened,
+            Ok(Opened { stamp, .. }) if stamp.is_some_and(|s| !self.replay.accept(s, now)) => {
+                self.counters.replays += 1;
+                debug!(%from, "membership datagram refused: a replay");
+                return;
+            }
+            Ok(Opened { kind, body, .. }) => (kind, body),
             Err(FrameError::Authentication) => {
                 self.counters.auth_failures += 1;
                 debug!(%from, "membership datagram failed authentication");
@@ -600,19 +785,24 @@ impl Core {
                 debug!(%from, %error, "SWIM datagram not handled");
             }
             self.after_foca(Ok(()), now);
-            return;
-        }
-        match Control::decode(kind, &body) {
-            Ok(control) => self.on_control(from, control, now),
-            Err(error) => {
-                self.counters.malformed += 1;
-                debug!(%from, %error, "membership message refused");
+        } else {
+            match Control::decode(kind, &body) {
+                Ok(control) => self.on_control(from, control, now),
+                Err(error) => {
+                    self.counters.malformed += 1;
+                    debug!(%from, %error, "membership message refused");
+                    return;
+                }
             }
         }
+        // after the datagram is handled: it may have renewed this node's
+        // identity or brought the sender's new one
+        self.heard_from_down_member(from, now);
     }
 
     /// Runs everything due at `now`.
     pub fn tick(&mut self, now: u64) {
+        self.clock(now);
         // foca timers
         while let Some(entry) = self.timers.first_entry() {
             if entry.key().0 > now {
@@ -666,6 +856,23 @@ impl Core {
                 self.start_confirmation(&name, last, now);
             }
         }
+        let nacks: Vec<(SocketAddr, u64, String)> = self
+            .relays
+            .values_mut()
+            .filter(|relay| relay.nack_at.is_some_and(|at| at <= now))
+            .map(|relay| {
+                relay.nack_at = None;
+                (relay.requester, relay.request_id, relay.target.clone())
+            })
+            .collect();
+        for (requester, id, target) in nacks {
+            let nack = Control::ProbeNack {
+                from: self.sender(),
+                id,
+                target,
+            };
+            self.send_control(requester, &nack);
+        }
         self.relays.retain(|_, relay| relay.expires > now);
         if self.fence_check.as_ref().is_some_and(|f| f.deadline <= now) {
             self.fence_decide(now);
@@ -714,6 +921,8 @@ impl Core {
                 }
                 OwnedNotification::Rejoin(id) => {
                     warn!(identity = %id, "declared down by the cluster; rejoined");
+                    // members held Down are told again, with the new identity
+                    self.rejoin_told.clear();
                     self.outputs.push(Output::Event(Event::Rejoined {
                         generation: id.generation,
                     }));
@@ -1043,9 +1252,10 @@ impl Core {
         let confirmation = Confirmation {
             owner: member.id().clone(),
             round: 0,
-            id: 0,
+            ids: Vec::new(),
             deadline: now,
             last_rx_ns: last_rx,
+            nacked: false,
         };
         self.confirmations.insert(owner.to_string(), confirmation);
         if !self.probe_round(owner, now) {
@@ -1070,7 +1280,7 @@ impl Core {
         let Some(confirmation) = self.confirmations.get_mut(owner) else {
             return false;
         };
-        confirmation.id = id;
+        confirmation.ids.push(id);
         confirmation.round += 1;
         confirmation.deadline = now.saturating_add(timeout);
         let control = Control::ProbeRequest {
@@ -1089,10 +1299,41 @@ impl Core {
         let Some(confirmation) = self.confirmations.get(owner) else {
             return;
         };
-        if confirmation.round <= self.cfg.probe_retries && self.probe_round(owner, now) {
+        let (round, nacked) = (confirmation.round, confirmation.nacked);
+        if round <= self.cfg.probe_retries && self.probe_round(owner, now) {
             return;
         }
-        self.declare_down(owner, now);
+        if nacked {
+            self.declare_down(owner, now);
+        } else {
+            self.unconfirmed(owner, now);
+        }
+    }
+
+    /// No helper answered at all, not even that it could not reach the
+    /// owner: this node is most likely the one cut off (its own link flaps)
+    /// and must not take every address it is next for. Nothing moves; the
+    /// check runs again after `reconfirm_interval` while the heartbeat
+    /// stays down. (With no helper at all, two members, the loss is still
+    /// taken as down at once: nobody can tell the two cases apart.)
+    fn unconfirmed(&mut self, owner: &str, now: u64) {
+        self.confirmations.remove(owner);
+        self.counters.unconfirmed += 1;
+        warn!(
+            node = owner,
+            "heartbeat lost and no helper answered: this node is likely cut off, nothing moves"
+        );
+        let again = u64::try_from(self.cfg.reconfirm_interval.as_nanos()).unwrap_or(u64::MAX);
+        self.reconfirm
+            .insert(owner.to_string(), now.saturating_add(again));
+    }
+
+    fn on_probe_nack(&mut self, id: u64, target: &str) {
+        if let Some(confirmation) = self.confirmations.get_mut(target)
+            && confirmation.ids.contains(&id)
+        {
+            confirmation.nacked = true;
+        }
     }
 
     fn declare_down(&mut self, owner: &str, now: u64) {
@@ -1142,7 +1383,7 @@ impl Core {
         let Some(confirmation) = self.confirmations.get(target) else {
             return;
         };
-        if confirmation.id != id {
+        if !confirmation.ids.contains(&id) {
             return;
         }
         self.confirmations.remove(target);
@@ -1217,6 +1458,60 @@ impl Core {
 
     // ---- control messages ----
 
+    /// A part of another member's state. Taken only from a member at the
+    /// address it sends from: the address we know for its identity, or, for
+    /// an identity we do not know yet (a join, a restart, a renewal), the
+    /// address of its own record in the sync. Answered (our whole state,
+    /// tens of datagrams at 1,000 members) at most once a second per
+    /// source, and only to that source.
+    fn on_sync(
+        &mut self,
+        from_addr: SocketAddr,
+        from: &Sender,
+        reply: bool,
+        members: Vec<Member<NodeId>>,
+        now: u64,
+    ) {
+        let known = self
+            .foca
+            .iter_membership_state()
+            .find(|m| m.id().name == from.name)
+            .map(|m| m.id().clone());
+        let claimed = match &known {
+            Some(id) if id.generation > from.generation => None,
+            Some(id) if id.generation == from.generation => Some(id.addr),
+            _ => members
+                .iter()
+                .find(|m| m.id().name == from.name && m.id().generation == from.generation)
+                .map(|m| m.id().addr),
+        };
+        if claimed != Some(from_addr) {
+            self.counters.sync_refused += 1;
+            debug!(%from_addr, node = %from.name, "state sync refused: not a member at that address");
+            return;
+        }
+        let result = self
+            .foca
+            .apply_many(members.into_iter(), true, &mut self.runtime);
+        self.after_foca(result, now);
+        if !reply {
+            return;
+        }
+        if self
+            .sync_answered
+            .get(&from_addr)
+            .is_some_and(|at| now.saturating_sub(*at) < SYNC_ANSWER_EVERY_NS)
+        {
+            self.counters.sync_refused += 1;
+            debug!(%from_addr, "state sync not answered: answered less than a second ago");
+            return;
+        }
+        self.sync_answered
+            .retain(|_, at| now.saturating_sub(*at) < SYNC_ANSWER_EVERY_NS);
+        self.sync_answered.insert(from_addr, now);
+        self.send_state(from_addr, false);
+    }
+
     fn sender(&self) -> Sender {
         Sender {
             name: self.cfg.name.clone(),
@@ -1264,14 +1559,16 @@ impl Core {
                     return;
                 }
                 let ping_id: u64 = self.rng.random();
-                let window = 2 * u64::try_from(self.cfg.probe_timeout.as_nanos()).unwrap_or(0);
+                let timeout = u64::try_from(self.cfg.probe_timeout.as_nanos()).unwrap_or(0);
                 self.relays.insert(
                     ping_id,
                     Relay {
                         requester: from_addr,
                         request_id: id,
                         target,
-                        expires: now.saturating_add(window),
+                        // within the requester's round (Lifeguard: 80 %)
+                        nack_at: Some(now.saturating_add(timeout / 5 * 4)),
+                        expires: now.saturating_add(2 * timeout),
                     },
                 );
                 let ping = Control::Ping {
@@ -1281,6 +1578,7 @@ impl Core {
                 self.send_control(target_addr, &ping);
             }
             Control::ProbeReply { id, target, .. } => self.on_probe_reply(id, &target, now),
+            Control::ProbeNack { id, target, .. } => self.on_probe_nack(id, &target),
             Control::Ping { id, .. } => {
                 let ack = Control::Ack {
                     from: self.sender(),
@@ -1302,15 +1600,11 @@ impl Core {
                     check.acks.insert(from.name);
                 }
             }
-            Control::Sync { reply, members, .. } => {
-                let result = self
-                    .foca
-                    .apply_many(members.into_iter(), true, &mut self.runtime);
-                self.after_foca(result, now);
-                if reply {
-                    self.send_state(from_addr, false);
-                }
-            }
+            Control::Sync {
+                from,
+                reply,
+                members,
+            } => self.on_sync(from_addr, &from, reply, members, now),
             Control::Leave { from } => {
                 let Some(member) = self.member(&from.name) else {
                     return;
@@ -1326,5 +1620,230 @@ impl Core {
                 self.after_foca(result, now);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &[u8] = b"dW5pdC10ZXN0LXNlY3JldA";
+    const MS: u64 = NS_PER_MS;
+
+    fn key() -> Option<SecretKey> {
+        Some(SecretKey::from_secret(SECRET).unwrap())
+    }
+
+    fn addr(host: &str) -> SocketAddr {
+        format!("{host}:7946").parse().unwrap()
+    }
+
+    /// The core under test: node-0 at 192.0.2.1.
+    fn core() -> Core {
+        Core::new(Config::new("node-0", addr("192.0.2.1"), 1), key(), 7)
+    }
+
+    /// Another process, sealing datagrams as a member would.
+    struct Peer {
+        sender: Sender,
+        addr: SocketAddr,
+        framer: Framer,
+    }
+
+    impl Peer {
+        fn new(name: &str, host: &str, prefix: u8) -> Peer {
+            Peer {
+                sender: Sender {
+                    name: name.into(),
+                    generation: 1,
+                },
+                addr: addr(host),
+                framer: Framer::new(key(), [prefix; 16]),
+            }
+        }
+
+        fn id(&self) -> NodeId {
+            NodeId::new(self.sender.name.clone(), self.addr, self.sender.generation)
+        }
+
+        fn seal(&mut self, control: &Control, at_ms: u64) -> Vec<u8> {
+            self.framer.set_clock(at_ms);
+            self.framer
+                .seal(control.kind(), &control.encode().unwrap())
+                .unwrap()
+        }
+
+        /// A sync with its own record first, then `others`, as
+        /// `send_state` sends it.
+        fn sync(&mut self, reply: bool, others: &[NodeId], at_ms: u64) -> Vec<u8> {
+            let members = std::iter::once(self.id())
+                .chain(others.iter().cloned())
+                .map(|id| Member::new(id, 0, State::Alive))
+                .collect();
+            let control = Control::Sync {
+                from: self.sender.clone(),
+                reply,
+                members,
+            };
+            self.seal(&control, at_ms)
+        }
+    }
+
+    fn sends(core: &mut Core, to: SocketAddr, kind: Kind) -> usize {
+        core.take_outputs()
+            .iter()
+            .filter(|o| matches!(o, Output::Send { to: t, kind: k, .. } if *t == to && *k == kind))
+            .count()
+    }
+
+    fn is_member(core: &Core, name: &str) -> bool {
+        core.members().iter().any(|(id, ..)| id.name == name)
+    }
+
+    #[test]
+    fn a_sync_from_another_address_than_the_senders_is_refused() {
+        let mut core = core();
+        let mut peer = Peer::new("node-1", "192.0.2.2", 1);
+        let third = NodeId::new("node-3", addr("192.0.2.4"), 1);
+        // a (replayed or forged) sync whose source is not the sender's
+        // address: no answer to the source, nothing applied
+        let victim = addr("203.0.113.9");
+        let datagram = peer.sync(true, std::slice::from_ref(&third), 1_000);
+        core.handle_datagram(victim, &datagram, 1_000 * MS);
+        assert_eq!(sends(&mut core, victim, Kind::Sync), 0, "no answer");
+        assert!(!is_member(&core, "node-1") && !is_member(&core, "node-3"));
+        assert_eq!(core.counters().sync_refused, 1);
+        // a sync that does not carry its sender's record, from a non-member
+        let bare = Control::Sync {
+            from: peer.sender.clone(),
+            reply: true,
+            members: vec![Member::new(third.clone(), 0, State::Alive)],
+        };
+        let datagram = peer.seal(&bare, 1_001);
+        core.handle_datagram(peer.addr, &datagram, 1_001 * MS);
+        assert_eq!(sends(&mut core, peer.addr, Kind::Sync), 0);
+        assert!(!is_member(&core, "node-3"));
+        assert_eq!(core.counters().sync_refused, 2);
+        // the sender at its own address: applied and answered there
+        let datagram = peer.sync(true, std::slice::from_ref(&third), 1_002);
+        core.handle_datagram(peer.addr, &datagram, 1_002 * MS);
+        assert!(sends(&mut core, peer.addr, Kind::Sync) >= 1, "answered");
+        assert!(is_member(&core, "node-1") && is_member(&core, "node-3"));
+        // once a member, it is known at that address only
+        let datagram = peer.sync(true, &[], 3_000);
+        core.handle_datagram(victim, &datagram, 3_000 * MS);
+        assert_eq!(sends(&mut core, victim, Kind::Sync), 0);
+        assert_eq!(core.counters().sync_refused, 3);
+    }
+
+    #[test]
+    fn sync_answers_are_limited_to_one_a_second_per_source() {
+        let mut core = core();
+        let mut peer = Peer::new("node-1", "192.0.2.2", 1);
+        let mut answers = Vec::new();
+        for at_ms in [1_000, 1_100, 1_500, 1_999, 2_000, 2_300, 3_100] {
+            let datagram = peer.sync(true, &[], at_ms);
+            core.handle_datagram(peer.addr, &datagram, at_ms * MS);
+            if sends(&mut core, peer.addr, Kind::Sync) > 0 {
+                answers.push(at_ms);
+            }
+        }
+        assert_eq!(answers, [1_000, 2_000, 3_100]);
+        assert_eq!(core.counters().sync_refused, 4);
+        // the limit is per source: another member is answered meanwhile
+        let mut other = Peer::new("node-2", "192.0.2.3", 2);
+        let datagram = other.sync(true, &[], 3_200);
+        core.handle_datagram(other.addr, &datagram, 3_200 * MS);
+        assert!(sends(&mut core, other.addr, Kind::Sync) >= 1);
+        // a sync that asks for no answer is still applied
+        let third = NodeId::new("node-3", addr("192.0.2.4"), 1);
+        let datagram = peer.sync(false, &[third], 3_300);
+        core.handle_datagram(peer.addr, &datagram, 3_300 * MS);
+        assert!(is_member(&core, "node-3"));
+    }
+
+    #[test]
+    fn replayed_datagrams_are_refused() {
+        let mut core = core();
+        let mut peer = Peer::new("node-1", "192.0.2.2", 1);
+        let ping = |id| Control::Ping {
+            from: Sender {
+                name: "node-1".into(),
+                generation: 1,
+            },
+            id,
+        };
+        // the same datagram twice: one answer
+        let datagram = peer.seal(&ping(1), 1_000);
+        core.handle_datagram(peer.addr, &datagram, 1_000 * MS);
+        assert_eq!(sends(&mut core, peer.addr, Kind::Ack), 1);
+        core.handle_datagram(peer.addr, &datagram, 1_100 * MS);
+        assert_eq!(sends(&mut core, peer.addr, Kind::Ack), 0, "replay");
+        assert_eq!(core.counters().replays, 1);
+        // datagrams reordered within the window are all taken, once
+        let early = peer.seal(&ping(2), 1_200);
+        let late = peer.seal(&ping(3), 1_300);
+        core.handle_datagram(peer.addr, &late, 1_300 * MS);
+        core.handle_datagram(peer.addr, &early, 1_301 * MS);
+        assert_eq!(sends(&mut core, peer.addr, Kind::Ack), 2);
+        // a datagram never seen but older than the window (on the sender's
+        // clock) is refused: a capture kept for later
+        let kept = peer.seal(&ping(4), 2_000);
+        let newer = peer.seal(&ping(5), 2_000 + REPLAY_WINDOW_MS + 1);
+        core.handle_datagram(peer.addr, &newer, 2_000 * MS);
+        core.handle_datagram(peer.addr, &kept, 2_001 * MS);
+        assert_eq!(sends(&mut core, peer.addr, Kind::Ack), 1);
+        assert_eq!(core.counters().replays, 2);
+        // another process of the same node has its own history
+        let mut restarted = Peer::new("node-1", "192.0.2.2", 9);
+        let datagram = restarted.seal(&ping(6), 10);
+        core.handle_datagram(peer.addr, &datagram, 2_002 * MS);
+        assert_eq!(sends(&mut core, peer.addr, Kind::Ack), 1);
+        // a replayed sync is neither applied nor answered again
+        let third = NodeId::new("node-3", addr("192.0.2.4"), 1);
+        let sync = peer.sync(true, &[third], 9_000);
+        core.handle_datagram(peer.addr, &sync, 9_000 * MS);
+        assert!(sends(&mut core, peer.addr, Kind::Sync) >= 1);
+        core.handle_datagram(peer.addr, &sync, 12_000 * MS);
+        assert_eq!(sends(&mut core, peer.addr, Kind::Sync), 0);
+        assert_eq!(core.counters().replays, 3);
+    }
+
+    #[test]
+    fn the_replay_guard_forgets_within_its_bounds() {
+        let mut guard = ReplayGuard::default();
+        let stamp = |process: u8, counter: u64, sent_ms: u64| Stamp {
+            process: [process; 16],
+            counter,
+            sent_ms,
+        };
+        // a fast sender: at most REPLAY_MAX_PER_PROCESS kept; the forgotten
+        // ones are refused
+        for c in 0..(REPLAY_MAX_PER_PROCESS as u64 + 10) {
+            assert!(guard.accept(stamp(1, c, 100), c));
+        }
+        assert_eq!(guard.processes[&[1; 16]].seen.len(), REPLAY_MAX_PER_PROCESS);
+        assert!(!guard.accept(stamp(1, 3, 100), 0));
+        assert!(!guard.accept(stamp(1, REPLAY_MAX_PER_PROCESS as u64, 100), 0));
+        // many processes: the least recently heard is forgotten
+        let process = |p: usize| {
+            let mut prefix = [0xffu8; 16];
+            prefix[..8].copy_from_slice(&(p as u64).to_be_bytes());
+            prefix
+        };
+        for p in 0..=REPLAY_MAX_PROCESSES {
+            let s = Stamp {
+                process: process(p),
+                counter: 1,
+                sent_ms: 5,
+            };
+            assert!(guard.accept(s, 10_000 + p as u64));
+        }
+        assert_eq!(guard.processes.len(), REPLAY_MAX_PROCESSES);
+        // the fast sender, heard first, then process 0
+        assert!(!guard.processes.contains_key(&[1; 16]));
+        assert!(!guard.processes.contains_key(&process(0)));
+        assert!(guard.processes.contains_key(&process(1)));
+        assert!(guard.processes.contains_key(&process(REPLAY_MAX_PROCESSES)));
     }
 }

@@ -20,8 +20,15 @@ use crate::metrics::Metrics;
 use crate::wire::{MAX_DATAGRAM, SecretKey};
 
 /// Events kept for a slow reader; beyond, events are dropped and counted
-/// (the live set is never lost: it is a watch).
+/// (the live set and the fence state are never lost: they are watches, and
+/// the events that carry state, [`Event::Fence`] and [`Event::WatcherUp`],
+/// wait for room instead, coalesced: the last fence state, each watcher
+/// once).
 pub const EVENT_QUEUE: usize = 1024;
+
+/// Datagrams read per wake-up of the task before its timers run: a flood
+/// on the port delays a heartbeat by one batch at most.
+pub const MAX_DRAIN: usize = 64;
 
 /// What the edge needs besides the core's settings.
 #[derive(Clone, Debug)]
@@ -70,6 +77,7 @@ pub enum StartError {
 #[derive(Debug)]
 pub struct Membership {
     live: watch::Receiver<BTreeSet<String>>,
+    fenced: watch::Receiver<bool>,
     events: mpsc::Receiver<Event>,
     watched: watch::Sender<BTreeSet<String>>,
     seeds: watch::Sender<Vec<SocketAddr>>,
@@ -108,6 +116,7 @@ impl Membership {
         });
         let core = Core::new(cfg.core.clone(), cfg.key.clone(), seed);
         let (live_tx, live_rx) = watch::channel(core.live().clone());
+        let (fenced_tx, fenced_rx) = watch::channel(core.fenced());
         let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
         let (watched_tx, watched_rx) = watch::channel(BTreeSet::new());
         let (seeds_tx, seeds_rx) = watch::channel(cfg.seeds.clone());
@@ -118,7 +127,9 @@ impl Membership {
             sender,
             start: Instant::now(),
             live: live_tx,
+            fenced: fenced_tx,
             events: events_tx,
+            pending: Pending::default(),
             watched: watched_rx,
             seeds: seeds_rx,
             leave: leave_rx,
@@ -128,6 +139,7 @@ impl Membership {
         let task = tokio::spawn(task.run());
         Ok(Membership {
             live: live_rx,
+            fenced: fenced_rx,
             events: events_rx,
             watched: watched_tx,
             seeds: seeds_tx,
@@ -145,6 +157,12 @@ impl Membership {
     /// The live speakers, this node included.
     pub fn live(&self) -> watch::Receiver<BTreeSet<String>> {
         self.live.clone()
+    }
+
+    /// Whether this node is self-fenced (the state [`Event::Fence`]
+    /// reports), as a watch: never lost, whatever the event queue does.
+    pub fn fenced(&self) -> watch::Receiver<bool> {
+        self.fenced.clone()
     }
 
     /// The next event (owner down, path fault, fence ...); `None` once the
@@ -200,7 +218,10 @@ struct Task {
     sender: std::net::UdpSocket,
     start: Instant,
     live: watch::Sender<BTreeSet<String>>,
+    fenced: watch::Sender<bool>,
     events: mpsc::Sender<Event>,
+    /// State-carrying events waiting for room in `events`.
+    pending: Pending,
     watched: watch::Receiver<BTreeSet<String>>,
     seeds: watch::Receiver<Vec<SocketAddr>>,
     leave: oneshot::Receiver<oneshot::Sender<()>>,
@@ -235,6 +256,10 @@ impl Task {
             };
             tokio::select! {
                 biased;
+                // timers before the socket: a datagram flood must not
+                // starve the heartbeats and the detection (polled first,
+                // and run below whatever woke the task)
+                () = sleep => {}
                 done = &mut self.leave => {
                     // an error: the handle was dropped, stop silently
                     if let Ok(done) = done {
@@ -258,13 +283,10 @@ impl Task {
                     Ok((len, from)) => {
                         let now = self.now();
                         self.core.handle_datagram(from, &buf[..len], now);
+                        self.drain(&mut buf);
                     }
                     Err(error) => debug!(%error, "membership receive"),
                 },
-                () = sleep => {
-                    let now = self.now();
-                    self.core.tick(now);
-                }
                 changed = self.seeds.changed() => {
                     if changed.is_ok() {
                         self.join_non_members();
@@ -272,7 +294,30 @@ impl Task {
                 }
                 _ = rejoin.tick() => self.join_non_members(),
             }
+            let now = self.now();
+            if self.core.next_deadline().is_some_and(|at| at <= now) {
+                self.core.tick(now);
+            }
             self.flush();
+        }
+    }
+
+    /// Reads the datagrams already waiting, at most [`MAX_DRAIN`] in all
+    /// per wake-up, so that the timers run between batches.
+    fn drain(&mut self, buf: &mut [u8]) {
+        for _ in 1..MAX_DRAIN {
+            match self.socket.try_recv_from(buf) {
+                Ok((len, from)) => {
+                    let now = self.now();
+                    self.core.handle_datagram(from, &buf[..len], now);
+                }
+                Err(error) => {
+                    if error.kind() != std::io::ErrorKind::WouldBlock {
+                        debug!(%error, "membership receive");
+                    }
+                    return;
+                }
+            }
         }
     }
 
@@ -296,6 +341,7 @@ impl Task {
     }
 
     fn flush(&mut self) {
+        self.pending.deliver(&self.events);
         for output in self.core.take_outputs() {
             match output {
                 Output::Send { to, datagram, .. } => {
@@ -313,7 +359,13 @@ impl Task {
                     if let Some(metrics) = &self.metrics {
                         metrics.observe_event(&event);
                     }
-                    if self.events.try_send(event).is_err() {
+                    if let Event::Fence(on) = event {
+                        self.fenced.send_replace(on);
+                    }
+                    if Pending::keeps(&event) {
+                        self.pending.push(event);
+                        self.pending.deliver(&self.events);
+                    } else if self.events.try_send(event).is_err() {
                         if let Some(metrics) = &self.metrics {
                             metrics.events_dropped.inc();
                         }
@@ -325,5 +377,92 @@ impl Task {
         if let Some(metrics) = &mut self.metrics {
             metrics.update(&self.core);
         }
+    }
+}
+
+/// The events that carry state ([`Event::Fence`], [`Event::WatcherUp`]),
+/// waiting for room in the event queue rather than dropped: a lost
+/// `Fence(false)` left the speaker fenced for good, a lost `WatcherUp` its
+/// addresses not announced again after a cut. Coalesced: the last fence
+/// state, each watcher once. Delivered before any later one of them.
+#[derive(Debug, Default)]
+struct Pending {
+    fence: Option<bool>,
+    watchers_up: BTreeSet<String>,
+}
+
+impl Pending {
+    fn keeps(event: &Event) -> bool {
+        matches!(event, Event::Fence(_) | Event::WatcherUp { .. })
+    }
+
+    fn push(&mut self, event: Event) {
+        match event {
+            Event::Fence(on) => self.fence = Some(on),
+            Event::WatcherUp { node } => {
+                self.watchers_up.insert(node);
+            }
+            _ => {}
+        }
+    }
+
+    /// Sends what fits, the fence state first.
+    fn deliver(&mut self, events: &mpsc::Sender<Event>) {
+        if let Some(on) = self.fence {
+            if events.try_send(Event::Fence(on)).is_err() {
+                return;
+            }
+            self.fence = None;
+        }
+        while let Some(node) = self.watchers_up.pop_first() {
+            if let Err(error) = events.try_send(Event::WatcherUp { node }) {
+                if let Event::WatcherUp { node } = error.into_inner() {
+                    self.watchers_up.insert(node);
+                }
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn up(node: &str) -> Event {
+        Event::WatcherUp { node: node.into() }
+    }
+
+    #[test]
+    fn state_events_wait_for_room_instead_of_being_dropped() {
+        let (tx, mut rx) = mpsc::channel(2);
+        let mut pending = Pending::default();
+        // a slow reader: the queue is full of other events
+        for node in ["a", "b"] {
+            tx.try_send(Event::PathFault { node: node.into() }).unwrap();
+        }
+        for event in [
+            Event::Fence(true),
+            up("w1"),
+            Event::Fence(false),
+            up("w1"),
+            up("w2"),
+        ] {
+            pending.push(event);
+            pending.deliver(&tx);
+        }
+        assert!(matches!(rx.try_recv(), Ok(Event::PathFault { .. })));
+        assert!(matches!(rx.try_recv(), Ok(Event::PathFault { .. })));
+        assert!(rx.try_recv().is_err());
+        // room again: the last fence state first, then each watcher once
+        pending.deliver(&tx);
+        assert_eq!(rx.try_recv().ok(), Some(Event::Fence(false)));
+        assert_eq!(rx.try_recv().ok(), Some(up("w1")));
+        assert!(rx.try_recv().is_err());
+        pending.deliver(&tx);
+        assert_eq!(rx.try_recv().ok(), Some(up("w2")));
+        pending.deliver(&tx);
+        assert!(rx.try_recv().is_err());
+        assert!(pending.fence.is_none() && pending.watchers_up.is_empty());
     }
 }

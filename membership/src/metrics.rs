@@ -15,10 +15,12 @@ pub struct Metrics {
     members: IntGaugeVec,
     owner_down: IntCounter,
     path_faults: IntCounter,
+    unconfirmed: IntCounter,
     detection: Histogram,
     auth_failures: IntCounter,
     malformed: IntCounter,
     replays: IntCounter,
+    sync_refused: IntCounter,
     packets_sent: IntCounterVec,
     packets_received: IntCounterVec,
     fenced: IntGauge,
@@ -49,6 +51,10 @@ impl Metrics {
                 "path_faults_total",
                 "Heartbeat losses where a helper still reached the owner (nothing moved).",
             ))?,
+            unconfirmed: IntCounter::with_opts(opts(
+                "unconfirmed_total",
+                "Heartbeat losses no helper answered for (this speaker likely cut off; nothing moved).",
+            ))?,
             detection: Histogram::with_opts(
                 HistogramOpts::new(
                     "detection_seconds",
@@ -67,7 +73,11 @@ impl Metrics {
             ))?,
             replays: IntCounter::with_opts(opts(
                 "replays_total",
-                "Heartbeats refused as replays.",
+                "Authenticated datagrams refused as replays (seen before, older than the window, or a heartbeat sequence not above the last).",
+            ))?,
+            sync_refused: IntCounter::with_opts(opts(
+                "sync_refused_total",
+                "State syncs refused (sender not a member at the source address) or not answered (that source was answered less than a second ago).",
             ))?,
             packets_sent: IntCounterVec::new(
                 opts("packets_sent_total", "Datagrams sent, by type."),
@@ -105,6 +115,8 @@ impl Metrics {
         registry.register(Box::new(metrics.auth_failures.clone()))?;
         registry.register(Box::new(metrics.malformed.clone()))?;
         registry.register(Box::new(metrics.replays.clone()))?;
+        registry.register(Box::new(metrics.unconfirmed.clone()))?;
+        registry.register(Box::new(metrics.sync_refused.clone()))?;
         registry.register(Box::new(metrics.packets_sent.clone()))?;
         registry.register(Box::new(metrics.packets_received.clone()))?;
         registry.register(Box::new(metrics.fenced.clone()))?;
@@ -136,11 +148,15 @@ impl Metrics {
             .inc_by(delta(now.owner_down, self.last.owner_down));
         self.path_faults
             .inc_by(delta(now.path_faults, self.last.path_faults));
+        self.unconfirmed
+            .inc_by(delta(now.unconfirmed, self.last.unconfirmed));
         self.auth_failures
             .inc_by(delta(now.auth_failures, self.last.auth_failures));
         self.malformed
             .inc_by(delta(now.malformed, self.last.malformed));
         self.replays.inc_by(delta(now.replays, self.last.replays));
+        self.sync_refused
+            .inc_by(delta(now.sync_refused, self.last.sync_refused));
         for kind in Kind::ALL {
             let i = kind.index();
             self.packets_sent

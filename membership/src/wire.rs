@@ -4,10 +4,11 @@
 //!
 //! ```text
 //! 0      kind: 1 SWIM (foca), 2 heartbeat, 3 probe request, 4 probe reply,
-//!           5 ping, 6 ack, 7 leave, 8 state sync
-//! 1      mode: 0 plain, 1 sealed (XChaCha20-Poly1305)
-//! sealed: 2..26 nonce, then the ciphertext of the body, then a 16-byte tag;
-//!         bytes 0..2 are the associated data
+//!           5 ping, 6 ack, 7 leave, 8 state sync, 9 probe nack
+//! 1      mode: 0 plain, 2 sealed (XChaCha20-Poly1305)
+//! sealed: 2..10 the sender's clock (ms, big-endian, monotonic within the
+//!         sending process), 10..34 nonce, then the ciphertext of the body,
+//!         then a 16-byte tag; bytes 0..10 are the associated data
 //! plain:  2.. body
 //! ```
 //!
@@ -15,6 +16,13 @@
 //! ones. A datagram that fails authentication is refused before any byte of
 //! its body is read. Decoders never panic and allocate at most the
 //! datagram's length (every length is bounded by what is left to read).
+//!
+//! Mode 1 (the sealed format before the sender's clock was added: nonce at
+//! 2..26, associated data 0..2) is refused like any datagram that fails
+//! authentication: speakers of both versions do not see each other, so a
+//! rolling upgrade across this change splits the membership until it ends.
+//! The clock and the nonce (per-process prefix, counter) let the receiver
+//! refuse replays ([`Opened::stamp`], checked by the core).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -34,13 +42,17 @@ pub const MAX_DATAGRAM: usize = 1400;
 const NONCE_LEN: usize = 24;
 const TAG_LEN: usize = 16;
 const PREFIX_LEN: usize = 2;
+const CLOCK_LEN: usize = 8;
+/// The associated data of a sealed frame: kind, mode, sender's clock.
+const AAD_LEN: usize = PREFIX_LEN + CLOCK_LEN;
 /// Bytes a sealed frame adds around its body.
-pub const SEALED_OVERHEAD: usize = PREFIX_LEN + NONCE_LEN + TAG_LEN;
+pub const SEALED_OVERHEAD: usize = AAD_LEN + NONCE_LEN + TAG_LEN;
 /// Largest body (what foca may produce).
 pub const MAX_BODY: usize = MAX_DATAGRAM - SEALED_OVERHEAD;
 
 const MODE_PLAIN: u8 = 0;
-const MODE_SEALED: u8 = 1;
+/// Mode 1 was the sealed format without the sender's clock (refused).
+const MODE_SEALED: u8 = 2;
 const KEY_CONTEXT: &[u8] = b"metallb-rs membership v1\0";
 
 /// What a datagram carries.
@@ -54,10 +66,11 @@ pub enum Kind {
     Ack = 6,
     Leave = 7,
     Sync = 8,
+    ProbeNack = 9,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Swim,
         Kind::Heartbeat,
         Kind::ProbeRequest,
@@ -66,6 +79,7 @@ impl Kind {
         Kind::Ack,
         Kind::Leave,
         Kind::Sync,
+        Kind::ProbeNack,
     ];
 
     pub fn from_byte(byte: u8) -> Option<Kind> {
@@ -83,6 +97,7 @@ impl Kind {
             Kind::Ack => "ack",
             Kind::Leave => "leave",
             Kind::Sync => "sync",
+            Kind::ProbeNack => "probe_nack",
         }
     }
 
@@ -160,6 +175,26 @@ pub enum FrameError {
     Authentication,
 }
 
+/// Where an authenticated datagram comes from and when it was sealed:
+/// the sending process (its nonce prefix), the nonce counter (unique per
+/// datagram of that process) and the sender's clock. All of it is
+/// authenticated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    pub process: [u8; 16],
+    pub counter: u64,
+    pub sent_ms: u64,
+}
+
+/// A received datagram that passed authentication.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Opened {
+    pub kind: Kind,
+    pub body: Vec<u8>,
+    /// `None` for a plain datagram (no key: nothing is authenticated).
+    pub stamp: Option<Stamp>,
+}
+
 /// Seals and opens datagrams. Nonces are a random 16-byte prefix drawn at
 /// construction followed by a 64-bit counter, so they never repeat within a
 /// process and collide across processes with negligible probability.
@@ -168,6 +203,8 @@ pub struct Framer {
     key: Option<SecretKey>,
     nonce_prefix: [u8; 16],
     counter: u64,
+    /// The clock written into sealed frames ([`Framer::set_clock`]).
+    clock_ms: u64,
 }
 
 impl Framer {
@@ -176,7 +213,13 @@ impl Framer {
             key,
             nonce_prefix,
             counter: 0,
+            clock_ms: 0,
         }
+    }
+
+    /// The sender's clock (ms) for the next frames; it never goes back.
+    pub fn set_clock(&mut self, now_ms: u64) {
+        self.clock_ms = self.clock_ms.max(now_ms);
     }
 
     pub fn is_sealed(&self) -> bool {
@@ -200,19 +243,20 @@ impl Framer {
         nonce[16..].copy_from_slice(&self.counter.to_be_bytes());
         let mut out = Vec::with_capacity(SEALED_OVERHEAD + body.len());
         out.extend_from_slice(&[kind as u8, MODE_SEALED]);
+        out.extend_from_slice(&self.clock_ms.to_be_bytes());
         out.extend_from_slice(&nonce);
         out.extend_from_slice(body);
-        let (head, rest) = out.split_at_mut(PREFIX_LEN + NONCE_LEN);
+        let (head, rest) = out.split_at_mut(AAD_LEN + NONCE_LEN);
         let tag = key
             .cipher
-            .encrypt_inout_detached(&XNonce::from(nonce), &head[..PREFIX_LEN], rest.into())
+            .encrypt_inout_detached(&XNonce::from(nonce), &head[..AAD_LEN], rest.into())
             .ok()?;
         out.extend_from_slice(&tag);
         Some(out)
     }
 
     /// The kind and body of a received datagram (decrypted when sealed).
-    pub fn open(&self, datagram: &[u8]) -> Result<(Kind, Vec<u8>), FrameError> {
+    pub fn open(&self, datagram: &[u8]) -> Result<Opened, FrameError> {
         if datagram.len() > MAX_DATAGRAM {
             return Err(FrameError::TooLong(datagram.len()));
         }
@@ -221,25 +265,46 @@ impl Framer {
         };
         let kind = Kind::from_byte(*kind).ok_or(FrameError::UnknownKind(*kind))?;
         match (&self.key, *mode) {
-            (None, MODE_PLAIN) => Ok((kind, rest.to_vec())),
+            (None, MODE_PLAIN) => Ok(Opened {
+                kind,
+                body: rest.to_vec(),
+                stamp: None,
+            }),
             (Some(key), MODE_SEALED) => {
-                if rest.len() < NONCE_LEN + TAG_LEN {
+                if rest.len() < CLOCK_LEN + NONCE_LEN + TAG_LEN {
                     return Err(FrameError::Authentication);
                 }
+                let (clock, rest) = rest.split_at(CLOCK_LEN);
                 let (nonce, rest) = rest.split_at(NONCE_LEN);
                 let (ciphertext, tag) = rest.split_at(rest.len() - TAG_LEN);
+                let sent_ms = u64::from_be_bytes(
+                    <[u8; CLOCK_LEN]>::try_from(clock).map_err(|_| FrameError::Authentication)?,
+                );
+                let mut process = [0u8; 16];
+                process.copy_from_slice(&nonce[..16]);
+                let counter = u64::from_be_bytes(
+                    <[u8; 8]>::try_from(&nonce[16..]).map_err(|_| FrameError::Authentication)?,
+                );
                 let nonce = XNonce::try_from(nonce).map_err(|_| FrameError::Authentication)?;
                 let tag = Tag::try_from(tag).map_err(|_| FrameError::Authentication)?;
                 let mut body = ciphertext.to_vec();
                 key.cipher
                     .decrypt_inout_detached(
                         &nonce,
-                        &datagram[..PREFIX_LEN],
+                        &datagram[..AAD_LEN],
                         body.as_mut_slice().into(),
                         &tag,
                     )
                     .map_err(|_| FrameError::Authentication)?;
-                Ok((kind, body))
+                Ok(Opened {
+                    kind,
+                    body,
+                    stamp: Some(Stamp {
+                        process,
+                        counter,
+                        sent_ms,
+                    }),
+                })
             }
             _ => Err(FrameError::Authentication),
         }
@@ -570,6 +635,14 @@ pub enum Control {
         id: u64,
         target: String,
     },
+    /// `target` did not answer the ping of request `id` in time (Lifeguard's
+    /// indirect-probe NACK): the requester reaches this helper, so it is not
+    /// the one cut off.
+    ProbeNack {
+        from: Sender,
+        id: u64,
+        target: String,
+    },
     Ping {
         from: Sender,
         id: u64,
@@ -606,6 +679,7 @@ impl Control {
             Control::Heartbeat { .. } => Kind::Heartbeat,
             Control::ProbeRequest { .. } => Kind::ProbeRequest,
             Control::ProbeReply { .. } => Kind::ProbeReply,
+            Control::ProbeNack { .. } => Kind::ProbeNack,
             Control::Ping { .. } => Kind::Ping,
             Control::Ack { .. } => Kind::Ack,
             Control::Leave { .. } => Kind::Leave,
@@ -618,6 +692,7 @@ impl Control {
             Control::Heartbeat { from, .. }
             | Control::ProbeRequest { from, .. }
             | Control::ProbeReply { from, .. }
+            | Control::ProbeNack { from, .. }
             | Control::Ping { from, .. }
             | Control::Ack { from, .. }
             | Control::Leave { from }
@@ -652,7 +727,7 @@ impl Control {
                 put_name(&mut buf, target)?;
                 put_addr(&mut buf, target_addr);
             }
-            Control::ProbeReply { id, target, .. } => {
+            Control::ProbeReply { id, target, .. } | Control::ProbeNack { id, target, .. } => {
                 buf.put_u64(*id);
                 put_name(&mut buf, target)?;
             }
@@ -705,6 +780,11 @@ impl Control {
                 target_addr: get_addr(&mut buf)?,
             },
             Kind::ProbeReply => Control::ProbeReply {
+                from,
+                id: get_u64(&mut buf)?,
+                target: get_name(&mut buf, false)?,
+            },
+            Kind::ProbeNack => Control::ProbeNack {
                 from,
                 id: get_u64(&mut buf)?,
                 target: get_name(&mut buf, false)?,
@@ -769,17 +849,32 @@ mod tests {
     #[test]
     fn sealed_round_trip_and_tamper() {
         let mut framer = Framer::new(key(b"s3cret"), [7; 16]);
+        framer.set_clock(0x0102);
         let datagram = framer.seal(Kind::Ping, b"hello").unwrap();
         assert_eq!(datagram.len(), SEALED_OVERHEAD + 5);
-        assert_eq!(&datagram[..2], &[5, 1]);
+        assert_eq!(&datagram[..10], &[5, 2, 0, 0, 0, 0, 0, 0, 1, 2]);
         assert!(
             !datagram.windows(5).any(|w| w == b"hello"),
             "body encrypted"
         );
+        let opened = framer.open(&datagram).unwrap();
+        assert_eq!((opened.kind, opened.body), (Kind::Ping, b"hello".to_vec()));
         assert_eq!(
-            framer.open(&datagram).unwrap(),
-            (Kind::Ping, b"hello".to_vec())
+            opened.stamp,
+            Some(Stamp {
+                process: [7; 16],
+                counter: 1,
+                sent_ms: 0x0102
+            })
         );
+        // the earlier sealed format (mode 1, no clock) is refused
+        let mut old = datagram.clone();
+        old[1] = 1;
+        assert_eq!(framer.open(&old), Err(FrameError::Authentication));
+        // the clock does not go back
+        framer.set_clock(5);
+        let later = framer.seal(Kind::Ping, b"hello").unwrap();
+        assert_eq!(framer.open(&later).unwrap().stamp.unwrap().sent_ms, 0x0102);
         // every single-byte change is refused
         for i in 0..datagram.len() {
             let mut bad = datagram.clone();
@@ -794,10 +889,11 @@ mod tests {
         assert_eq!(plain.open(&datagram), Err(FrameError::Authentication));
         let clear = plain.seal(Kind::Ping, b"hello").unwrap();
         assert_eq!(framer.open(&clear), Err(FrameError::Authentication));
-        assert_eq!(plain.open(&clear).unwrap().1, b"hello");
+        assert_eq!(plain.open(&clear).unwrap().body, b"hello");
+        assert_eq!(plain.open(&clear).unwrap().stamp, None);
         // nonces do not repeat
         let again = framer.seal(Kind::Ping, b"hello").unwrap();
-        assert_ne!(datagram[2..26], again[2..26]);
+        assert_ne!(datagram[10..34], again[10..34]);
     }
 
     #[test]
@@ -820,7 +916,7 @@ mod tests {
         let mut sealer = Framer::new(Some(from_dir), [1; 16]);
         let same = Framer::new(key(b"AAECAwQFBgcICQoLDA0ODw"), [2; 16]);
         let datagram = sealer.seal(Kind::Ack, b"x").unwrap();
-        assert_eq!(same.open(&datagram).unwrap().1, b"x");
+        assert_eq!(same.open(&datagram).unwrap().body, b"x");
         std::fs::remove_file(dir.join(KEY_FILE)).unwrap();
         let error = SecretKey::read_dir(&dir).unwrap_err().to_string();
         assert!(
@@ -854,6 +950,11 @@ mod tests {
             Control::ProbeReply {
                 from: sender(),
                 id: 5,
+                target: "node-b".into(),
+            },
+            Control::ProbeNack {
+                from: sender(),
+                id: 6,
                 target: "node-b".into(),
             },
             Control::Ping {
@@ -935,7 +1036,7 @@ mod tests {
             let plain = Framer::new(None, [0; 16]);
             let sealed = Framer::new(key(b"k"), [0; 16]);
             let _ = sealed.open(&data);
-            if let Ok((kind, body)) = plain.open(&data) {
+            if let Ok(Opened { kind, body, .. }) = plain.open(&data) {
                 prop_assert!(body.len() <= data.len());
                 if kind == Kind::Swim {
                     let mut codec = SwimCodec::new("me");

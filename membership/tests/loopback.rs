@@ -183,3 +183,103 @@ async fn metrics_exposition_names() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A flood of junk datagrams on a member's port (bounded: at most 3 s and
+/// 20 M datagrams, loopback only) must not stop its timers: the owner keeps
+/// sending heartbeats (its watcher declares nothing down) and a flooded
+/// watcher still detects a killed owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_udp_flood_does_not_stop_the_timers() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    let (a, mut b, c) = cluster(None).await;
+    b.watch_owners(BTreeSet::from(["node-a".to_string()]));
+    assert!(
+        next_event(&mut b, Duration::from_secs(10), |e| {
+            matches!(e, Event::HeartbeatUp { node } if node == "node-a")
+        })
+        .await
+        .is_some(),
+        "heartbeat with the owner up"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Flood the owner: sealed-looking datagrams of the largest size whose
+    // tag fails (the costliest refusal), from two threads.
+    let flood = |target: SocketAddr, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>| {
+        std::thread::spawn(move || {
+            let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            let mut junk = vec![0xa5u8; 1400];
+            junk[0] = 1; // SWIM
+            junk[1] = 2; // sealed
+            let started = Instant::now();
+            let mut count = 0u64;
+            while !stop.load(Ordering::Relaxed)
+                && started.elapsed() < Duration::from_secs(3)
+                && count < 10_000_000
+            {
+                let _ = socket.send_to(&junk, target);
+                count += 1;
+            }
+            sent.fetch_add(count, Ordering::Relaxed);
+        })
+    };
+    let flood_for = |target: SocketAddr| {
+        let stop = Arc::new(AtomicBool::new(false));
+        let sent = Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (0..2)
+            .map(|_| flood(target, stop.clone(), sent.clone()))
+            .collect();
+        (stop, sent, threads)
+    };
+
+    let started = Instant::now();
+    let (stop, sent, threads) = flood_for(a.local_addr());
+    // a starved owner still acks the helpers' pings (they arrive on the
+    // socket): the watcher would see a path fault, not an owner down
+    let lost = next_event(&mut b, Duration::from_millis(2500), |e| {
+        matches!(e, Event::OwnerDown { .. } | Event::PathFault { .. })
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    println!(
+        "flooded owner: {} datagrams in {:?}",
+        sent.load(Ordering::Relaxed),
+        started.elapsed()
+    );
+    assert_eq!(lost, None, "the flooded owner kept its heartbeats");
+
+    // Flood the watcher and kill the owner: its detection still runs (the
+    // flood may also make the kernel drop the owner's heartbeats at the
+    // watcher's full socket buffer, so the loss may be declared before the
+    // kill: either way the watcher's timers ran).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let flood_at = Instant::now();
+    let (stop, sent, threads) = flood_for(b.local_addr());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(a);
+    let down = next_event(
+        &mut b,
+        Duration::from_millis(2000),
+        |e| matches!(e, Event::OwnerDown { node, .. } if node == "node-a"),
+    )
+    .await;
+    let down_after = flood_at.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    println!(
+        "flooded watcher: {} datagrams, owner down {down_after:?} after the flood began (killed at 200 ms)",
+        sent.load(Ordering::Relaxed),
+    );
+    assert!(
+        down.is_some(),
+        "the flooded watcher detected the killed owner"
+    );
+    drop(c);
+}
