@@ -1031,9 +1031,14 @@ fn validate_bgp_adv_per_pool(
             ));
         }
     }
+    // Not judged at parse time when service selectors are used: which Services each one
+    // sends is not known then (the speaker judges each Service: `compatible_local_pref_on_node`).
+    if !adv.service_selectors.is_empty() {
+        return Ok(());
+    }
     for other in existing
         .iter()
-        .filter(|a| pool.bgp_advertisements.contains(&a.name))
+        .filter(|a| pool.bgp_advertisements.contains(&a.name) && a.service_selectors.is_empty())
     {
         if !compatible_local_pref(adv, other, pool, nodes) {
             return Err(format!(
@@ -1064,7 +1069,8 @@ pub fn compatible_local_pref_on_node(
 
 /// MetalLB's `BGPAdvertisementsHaveCompatibleLocalPref`: two advertisements
 /// of one pool conflict when their LOCAL_PREF differs and they would send the
-/// same prefix to the same peer from the same node.
+/// same prefix to the same peer from the same node, assuming both send at least
+/// one Service in common (service selectors are the callers' concern).
 fn compatible_local_pref(
     a: &BgpAdvertisement,
     b: &BgpAdvertisement,
@@ -1072,9 +1078,6 @@ fn compatible_local_pref(
     nodes: &[&Node],
 ) -> bool {
     if a.local_pref == b.local_pref {
-        return true;
-    }
-    if !a.service_selectors.is_empty() || !b.service_selectors.is_empty() {
         return true;
     }
     let same_v4 = a.aggregation_length == b.aggregation_length;

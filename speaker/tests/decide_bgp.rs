@@ -129,6 +129,57 @@ fn an_ipv4_mapped_ingress_is_announced_as_ipv4() {
     assert_eq!(a.routes[0].prefix.to_string(), "198.51.100.7/32");
 }
 
+/// Upstream's speaker case "Conflicting local prefs - different ads match same
+/// service": an advertisement for every Service (LOCAL_PREF 100) and one with a service
+/// selector (LOCAL_PREF 200) both select a Service on this node: the same /32 to the
+/// same peer with two LOCAL_PREFs, so the Service is withdrawn here with
+/// `conflictingAdvertisements` (before, both were announced). A Service the selector
+/// does not match is announced.
+#[test]
+fn advertisements_with_different_local_prefs_for_one_service_conflict() {
+    let cfg = config(
+        r#"
+apiVersion: metallb.io/v1beta1
+kind: BGPAdvertisement
+metadata: {name: ad1, namespace: metallb-system}
+spec: {localPref: 100}
+---
+apiVersion: metallb.io/v1beta1
+kind: BGPAdvertisement
+metadata: {name: ad2, namespace: metallb-system}
+spec: {localPref: 200, serviceSelectors: [{matchLabels: {app: nginx}}]}
+"#,
+    );
+    let ep = slice("node-2", true);
+    let o = Options::default();
+    let nginx = svc(&["198.51.100.7"], false, &[("app", "nginx")]);
+    let r = decide(&cfg, &node1(), Some(&nginx), &ep, &o);
+    assert_eq!(r.err(), Some(Reason::ConflictingAdvertisements));
+    assert_eq!(
+        Reason::ConflictingAdvertisements.as_str(),
+        "conflictingAdvertisements"
+    );
+    let other = svc(&["198.51.100.8"], false, &[("app", "other")]);
+    let a = decide(&cfg, &node1(), Some(&other), &ep, &o).unwrap();
+    assert_eq!(a.routes.len(), 1);
+    assert_eq!(a.routes[0].local_pref, Some(100));
+    // Same LOCAL_PREF, or different peers: no conflict.
+    let same = config(
+        r#"
+apiVersion: metallb.io/v1beta1
+kind: BGPAdvertisement
+metadata: {name: ad1, namespace: metallb-system}
+spec: {localPref: 100, peers: [r1]}
+---
+apiVersion: metallb.io/v1beta1
+kind: BGPAdvertisement
+metadata: {name: ad2, namespace: metallb-system}
+spec: {localPref: 200, peers: [r2], serviceSelectors: [{matchLabels: {app: nginx}}]}
+"#,
+    );
+    assert!(decide(&same, &node1(), Some(&nginx), &ep, &o).is_ok());
+}
+
 #[test]
 fn reasons_come_in_upstreams_order() {
     let cfg = config(AD);
