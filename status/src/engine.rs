@@ -90,13 +90,25 @@ impl Pace {
         *self = Pace::default();
     }
 
+    /// A read succeeded: the next attempt is due at once, but the failures
+    /// in a row are kept (a read writes nothing: a create or a write that
+    /// keeps failing around successful reads backs off further).
+    fn read(&mut self) {
+        self.retry_at = None;
+    }
+
     fn failed(&mut self, class: Class, backoff: &Backoff, now: Instant) {
         self.failures = self.failures.saturating_add(1);
-        // A conflict is read again at once; conflicts in a row back off.
-        let class_for_delay = if class == Class::Conflict && self.failures > 1 {
-            Class::Transient
-        } else {
-            class
+        let class_for_delay = match class {
+            // A conflict is read again at once; conflicts in a row back off.
+            Class::Conflict if self.failures > 1 => Class::Transient,
+            // A request that fails with a 404 (not a named object's absence,
+            // which the edge answers as `None`) lacks its resource or its
+            // namespace, e.g. a CRD not installed: retrying at once would
+            // spend the whole budget on it (review H3). Backs off like a
+            // transient error: doubling, jittered, capped.
+            Class::NotFound => Class::Transient,
+            other => other,
         };
         self.retry_at = Some(now + backoff.delay(self.failures, class_for_delay));
         self.last_class = Some(class);
@@ -735,13 +747,22 @@ impl<K: StatusObject> Engine<K> {
         budget: &mut TokenBucket,
         max: usize,
     ) -> Vec<Action<K::Status>> {
+        self.poll_with(now, max, || budget.try_take(now))
+    }
+
+    /// The actions due at `now`, at most `max`, each taken only when `take`
+    /// says so (none is asked for past the first refusal).
+    pub fn poll_with(
+        &mut self,
+        now: Instant,
+        max: usize,
+        mut take: impl FnMut() -> bool,
+    ) -> Vec<Action<K::Status>> {
         let mut out = Vec::new();
-        let room = |out: &Vec<Action<K::Status>>, budget: &mut TokenBucket| {
-            out.len() < max && budget.try_take(now)
-        };
+        let mut room = |out: &Vec<Action<K::Status>>| out.len() < max && take();
         if let Some(l) = &mut self.labeled {
             if !l.listed && !l.list.in_flight && l.list.pace.retry_at.is_none_or(|t| t <= now) {
-                if !room(&out, budget) {
+                if !room(&out) {
                     return out;
                 }
                 l.list.in_flight = true;
@@ -754,7 +775,7 @@ impl<K: StatusObject> Engine<K> {
                 if s.in_flight || s.pace.retry_at.is_some_and(|t| t > now) {
                     continue;
                 }
-                if !room(&out, budget) {
+                if !room(&out) {
                     return out;
                 }
                 s.in_flight = true;
@@ -768,7 +789,7 @@ impl<K: StatusObject> Engine<K> {
                     if u.in_flight || u.pace.retry_at.is_some_and(|t| t > now) {
                         continue;
                     }
-                    if !room(&out, budget) {
+                    if !room(&out) {
                         return out;
                     }
                     u.in_flight = true;
@@ -792,7 +813,7 @@ impl<K: StatusObject> Engine<K> {
             if Self::due(&self.config, entry, &kind).is_some_and(|due| due > now) {
                 continue;
             }
-            if !room(&out, budget) {
+            if !room(&out) {
                 return out;
             }
             entry.in_flight = true;
@@ -863,7 +884,7 @@ impl<K: StatusObject> Engine<K> {
         entry.in_flight = false;
         match outcome {
             Outcome::Fetched(object) => {
-                entry.pace.succeeded();
+                entry.pace.read();
                 if let Some(o) = &object {
                     entry.resource_version = o.resource_version.or(entry.resource_version);
                 }
@@ -909,7 +930,11 @@ impl<K: StatusObject> Engine<K> {
             }
             Outcome::Failed(class) => {
                 entry.pace.failed(class, &backoff, now);
-                if matches!(action, Action::Create(..)) || class == Class::Conflict {
+                if matches!(action, Action::Create(..)) && class == Class::NotFound {
+                    // The kind (or namespace) is missing: nothing was
+                    // created, and a read would find nothing either.
+                    entry.seen = Seen::Absent;
+                } else if matches!(action, Action::Create(..)) || class == Class::Conflict {
                     // The object may exist (or changed): read it again.
                     entry.seen = Seen::Unknown;
                     entry.acked = None;

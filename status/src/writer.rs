@@ -7,59 +7,22 @@ use std::time::Instant;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use kube_edge::{Class, TokenBucket};
+use kube_edge::Class;
 use tokio::sync::Notify;
 
 use crate::api::StatusApi;
+use crate::budget::{Share, WriteBudget};
 use crate::clock::Clock;
 use crate::engine::{Action, Engine, Outcome, Seen, SetResult, WriterConfig};
 use crate::metrics::Metrics;
 use crate::object::{Desired, LabelScope, Labels, ObjectKey, Observed, StatusObject};
-
-/// A request budget shared by the writers of a process (token bucket:
-/// average rate and burst, as client-go's client-side limiter), so a start
-/// with thousands of objects does not flood the API server. Every request
-/// of a writer (read, list, create, apply, delete) takes a token. Cheap to
-/// clone; clones share the budget.
-#[derive(Clone, Debug)]
-pub struct WriteBudget {
-    bucket: Arc<Mutex<TokenBucket>>,
-}
-
-impl WriteBudget {
-    /// `qps` requests per second on average, bursts of `burst`; `qps <= 0`:
-    /// no limit.
-    pub fn new(qps: f64, burst: u32) -> Self {
-        Self {
-            bucket: Arc::new(Mutex::new(TokenBucket::new(qps, burst))),
-        }
-    }
-
-    /// No limit.
-    pub fn unlimited() -> Self {
-        Self::new(0.0, 1)
-    }
-
-    fn lock(&self) -> MutexGuard<'_, TokenBucket> {
-        self.bucket.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl Default for WriteBudget {
-    /// client-go's default: 5 requests per second, bursts of 10.
-    fn default() -> Self {
-        Self {
-            bucket: Arc::new(Mutex::new(TokenBucket::default())),
-        }
-    }
-}
 
 struct Shared<K: StatusObject> {
     engine: Mutex<Engine<K>>,
     notify: Notify,
     clock: Arc<dyn Clock>,
     metrics: Metrics,
-    budget: WriteBudget,
+    budget: Share,
 }
 
 /// The status writer of one kind. Cheap to clone; every method but
@@ -122,7 +85,7 @@ impl<K: StatusObject> StatusWriter<K> {
                 notify: Notify::new(),
                 clock,
                 metrics,
-                budget,
+                budget: budget.share(),
             }),
         }
     }
@@ -320,14 +283,14 @@ impl<K: StatusObject> StatusWriter<K> {
         if next > now {
             return Some(next);
         }
-        Some(self.shared.budget.lock().next_available(now))
+        Some(self.shared.budget.next_available(now))
     }
 
     fn poll(&self, max: usize) -> (Vec<Action<K::Status>>, u64) {
         let mut engine = self.engine();
         let now = self.shared.clock.now();
-        let mut budget = self.shared.budget.lock();
-        (engine.poll_within(now, &mut budget, max), engine.epoch())
+        let mut turn = self.shared.budget.turn(now);
+        (engine.poll_with(now, max, || turn.take()), engine.epoch())
     }
 
     fn record(&self, action: &Action<K::Status>, outcome: Outcome<K::Status>, epoch: u64) {

@@ -1,0 +1,216 @@
+//! Tests of the status writer at scale (project issue 25): a missing CRD
+//! backs off and starves no other writer (review H3), a restarted speaker
+//! adopts its objects whatever the order of its first list and its desired
+//! state (H5), and the gauges follow every change exactly (R12).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use config::api::v1beta1::{
+    BGPSessionStatus, ConfigurationState, MetalLBServiceL2Status, ServiceL2Status,
+};
+use config::api::{LABEL_PEER, LABEL_SERVICE_NAME, LABEL_SERVICE_NAMESPACE};
+
+use super::{Harness, NS, exact, key};
+use crate::configuration_state::{self, Component};
+use crate::testing::{Call, FakeApi};
+use crate::{
+    Desired, FakeClock, LabelScope, Labels, Metrics, StatusObject, StatusWriter, WriteBudget,
+    WriterConfig,
+};
+
+fn l2(node: &str, svc: &str) -> MetalLBServiceL2Status {
+    MetalLBServiceL2Status {
+        node: node.into(),
+        service_name: svc.into(),
+        service_namespace: "demo".into(),
+        interfaces: Vec::new(),
+    }
+}
+
+fn svc_labels(svc: &str) -> Labels {
+    Labels::from([
+        (LABEL_SERVICE_NAME.into(), svc.into()),
+        (LABEL_SERVICE_NAMESPACE.into(), "demo".into()),
+    ])
+}
+
+fn peer(p: &str) -> Labels {
+    Labels::from([(LABEL_PEER.to_owned(), p.to_owned())])
+}
+
+fn labeled<K: StatusObject>(
+    config: WriterConfig,
+    clock: &Arc<FakeClock>,
+    budget: &WriteBudget,
+) -> StatusWriter<K> {
+    StatusWriter::labeled(
+        config,
+        LabelScope::node(NS, "node-1"),
+        clock.clone(),
+        Metrics::unregistered(),
+        budget.clone(),
+    )
+}
+
+/// Runs the actions due now, at most `max` rounds (a writer that retries
+/// at once would never stop).
+async fn steps<K: StatusObject>(
+    writer: &StatusWriter<K>,
+    api: &FakeApi<K::Status>,
+    max: usize,
+) -> usize {
+    let mut n = 0;
+    for _ in 0..max {
+        let ran = writer.step(api).await;
+        if ran == 0 {
+            break;
+        }
+        n += ran;
+    }
+    n
+}
+
+fn lists<S: Clone>(api: &FakeApi<S>) -> usize {
+    api.calls()
+        .iter()
+        .filter(|c| matches!(c, Call::List(..)))
+        .count()
+}
+
+// ----- H3: a missing CRD
+
+/// Review H3: a speaker whose `BGPSessionStatus` CRD is missing (an upstream
+/// MetalLB install's CRDs) got a 404 on its list and retried it at once,
+/// forever, at the whole request budget of the process (20 requests/s), so
+/// its `ServiceL2Status` writer wrote nothing. The list now backs off
+/// (0.5 s doubling to 60 s, jittered), and the other writer's 600 objects
+/// are written within the budget meanwhile; once the CRD is installed, the
+/// session's object is written within the backoff's cap.
+#[tokio::test]
+async fn a_missing_crd_is_listed_with_backoff_and_starves_no_other_writer() {
+    let clock = Arc::new(FakeClock::new());
+    let budget = WriteBudget::new(20.0, 30);
+    let sessions = labeled::<BGPSessionStatus>(WriterConfig::default(), &clock, &budget);
+    let l2w = labeled::<ServiceL2Status>(exact(), &clock, &budget);
+    let (sessions_api, l2_api) = (FakeApi::new(), FakeApi::new());
+    sessions_api.set_kind_missing(true);
+    sessions.set_labeled(peer("r1"), Desired::new(Default::default()));
+    for i in 0..600 {
+        let svc = format!("svc-{i}");
+        l2w.set_labeled(svc_labels(&svc), Desired::new(l2("node-1", &svc)));
+    }
+    // Ten minutes in 50 ms ticks, the failing writer first at every tick.
+    let tick = Duration::from_millis(50);
+    let mut l2_done_at = None;
+    for t in 1..=12_000u32 {
+        clock.advance(tick);
+        steps(&sessions, &sessions_api, 100).await;
+        steps(&l2w, &l2_api, 100).await;
+        if l2_done_at.is_none() && l2w.pending() == 0 && l2_api.objects().len() == 600 {
+            l2_done_at = Some(t * 50);
+        }
+    }
+    let tries = lists(&sessions_api);
+    assert_eq!(sessions_api.calls().len(), tries, "nothing but lists");
+    // 0.5 + 1 + ... + 32 s, then about one a minute: ~16 without jitter,
+    // a few more with it (each delay is 80-100 % of the full one).
+    assert!(
+        (10..=25).contains(&tries),
+        "{tries} lists of the missing kind in 10 minutes (12,000 before the fix)"
+    );
+    assert!(sessions.failed() > 0);
+    let done = l2_done_at.expect("the other writer's objects are all written");
+    // 601 requests at 20/s after a burst of 30: about 29 s.
+    assert!(done <= 35_000, "other writer done after {done} ms");
+
+    // The CRD is installed: listed and written within the cap (60 s).
+    sessions_api.set_kind_missing(false);
+    for _ in 0..1_220 {
+        clock.advance(tick);
+        steps(&sessions, &sessions_api, 100).await;
+    }
+    let k = sessions.labeled_key(&peer("r1")).expect("created");
+    assert_eq!(k.name, "node-1-r1");
+    assert!(sessions_api.object(&k).is_some());
+    assert_eq!((sessions.pending(), sessions.failed()), (0, 0));
+}
+
+/// Review H3, name-keyed writers: a `ConfigurationState` whose CRD is
+/// missing was read (nothing found), created (404) and read again at once,
+/// in a loop bounded only by the budget. The create now backs off (and the
+/// object is not read again between tries: a 404 created nothing).
+#[tokio::test]
+async fn a_missing_crd_is_created_with_backoff() {
+    let h = Harness::<ConfigurationState>::new();
+    h.api.set_kind_missing(true);
+    let component = Component::Speaker {
+        node: "node-1".into(),
+    };
+    let status = configuration_state::valid(&component, super::at(0));
+    h.writer
+        .set_desired(key(&component.name()), Desired::new(status));
+    for _ in 0..12_000 {
+        h.advance(50);
+        steps(&h.writer, &h.api, 100).await;
+    }
+    let calls = h.api.calls();
+    let creates = calls
+        .iter()
+        .filter(|c| matches!(c, Call::Create(_)))
+        .count();
+    // One read, then creates 0.5 s, 1 s, ... 32 s apart, then one a minute.
+    assert!(
+        (10..=20).contains(&creates) && calls.len() == creates + 1,
+        "{creates} creates, {} requests in 10 minutes",
+        calls.len()
+    );
+    h.api.set_kind_missing(false);
+    h.advance(60_000);
+    steps(&h.writer, &h.api, 100).await;
+    assert!(h.api.object(&key(&component.name())).is_some());
+    assert_eq!((h.writer.pending(), h.writer.failed()), (0, 0));
+}
+
+/// Review H3, fair share: the writers of a process share one budget; a kind
+/// with a bulk to write (2,000 new objects, 100 s of budget) no longer holds
+/// back another kind's write until it is done: writers waiting for a token
+/// are served in turn.
+#[tokio::test]
+async fn one_kinds_bulk_does_not_hold_back_another_kinds_write() {
+    let clock = Arc::new(FakeClock::new());
+    let budget = WriteBudget::new(20.0, 30);
+    let l2w = labeled::<ServiceL2Status>(exact(), &clock, &budget);
+    let sessions = labeled::<BGPSessionStatus>(exact(), &clock, &budget);
+    let (l2_api, sessions_api) = (FakeApi::new(), FakeApi::new());
+    for i in 0..2_000 {
+        let svc = format!("svc-{i}");
+        l2w.set_labeled(svc_labels(&svc), Desired::new(l2("node-1", &svc)));
+    }
+    let tick = Duration::from_millis(50);
+    for _ in 0..20 {
+        clock.advance(tick);
+        steps(&l2w, &l2_api, 100).await;
+    }
+    assert!(l2_api.calls().len() >= 30, "the bulk is under way");
+    sessions.set_labeled(peer("r1"), Desired::new(Default::default()));
+    let mut waited = Duration::ZERO;
+    while sessions_api.objects().is_empty() {
+        assert!(
+            waited < Duration::from_secs(1),
+            "the session's object waits behind the bulk"
+        );
+        clock.advance(tick);
+        waited += tick;
+        steps(&l2w, &l2_api, 100).await;
+        steps(&sessions, &sessions_api, 100).await;
+    }
+    // The bulk still gets the rest of the budget: 2,001 requests at 20/s.
+    for _ in 0..2_000 {
+        clock.advance(tick);
+        steps(&l2w, &l2_api, 100).await;
+        steps(&sessions, &sessions_api, 100).await;
+    }
+    assert_eq!(l2_api.objects().len(), 2_000);
+    assert_eq!(l2w.pending(), 0);
+}
