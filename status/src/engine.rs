@@ -292,6 +292,90 @@ struct LabelState<S> {
     /// Lists of other selectors whose objects outside the scope are deleted
     /// (e.g. other nodes' objects of a service).
     sweeps: BTreeMap<Labels, ListState>,
+    /// Objects of the scope seen on the server that stand for no identity
+    /// (yet), found by their labels: see [`Unclaimed`].
+    unclaimed: Unclaimed,
+}
+
+/// The label names of an identity (e.g. the node, the service's name and
+/// namespace): identities of one writer have the same few.
+type LabelNames = Vec<String>;
+
+fn label_names(identity: &Labels) -> LabelNames {
+    identity.keys().cloned().collect()
+}
+
+/// `labels` cut to `names`; `None` when one is missing. An identity of
+/// `names` is a subset of `labels` iff it equals this.
+fn project(names: &LabelNames, labels: &Labels) -> Option<Labels> {
+    names
+        .iter()
+        .map(|n| labels.get(n).map(|v| (n.clone(), v.clone())))
+        .collect()
+}
+
+/// Objects of the scope that stand for no identity (an earlier run's, not
+/// asked for yet), indexed by the labels of every identity name set asked
+/// for: an identity asked for after the object was seen adopts it in
+/// O(log n) (review H5), whatever came first.
+#[derive(Debug, Default)]
+struct Unclaimed {
+    labels: BTreeMap<ObjectKey, Labels>,
+    by_names: BTreeMap<LabelNames, BTreeMap<Labels, std::collections::BTreeSet<ObjectKey>>>,
+}
+
+impl Unclaimed {
+    fn insert(&mut self, key: &ObjectKey, labels: &Labels) {
+        if self.labels.get(key) == Some(labels) {
+            return;
+        }
+        self.remove(key);
+        for (names, index) in &mut self.by_names {
+            if let Some(p) = project(names, labels) {
+                index.entry(p).or_default().insert(key.clone());
+            }
+        }
+        self.labels.insert(key.clone(), labels.clone());
+    }
+
+    fn remove(&mut self, key: &ObjectKey) {
+        let Some(labels) = self.labels.remove(key) else {
+            return;
+        };
+        for (names, index) in &mut self.by_names {
+            if let Some(p) = project(names, &labels)
+                && let Some(keys) = index.get_mut(&p)
+            {
+                keys.remove(key);
+                if keys.is_empty() {
+                    index.remove(&p);
+                }
+            }
+        }
+    }
+
+    /// Indexes by `names` too (once per name set: O(n) the first time).
+    fn index_names(&mut self, names: &LabelNames) {
+        if self.by_names.contains_key(names) {
+            return;
+        }
+        let mut index: BTreeMap<Labels, std::collections::BTreeSet<ObjectKey>> = BTreeMap::new();
+        for (key, labels) in &self.labels {
+            if let Some(p) = project(names, labels) {
+                index.entry(p).or_default().insert(key.clone());
+            }
+        }
+        self.by_names.insert(names.clone(), index);
+    }
+
+    /// The objects whose labels include `identity` (its names indexed).
+    fn candidates(&self, identity: &Labels) -> impl Iterator<Item = &ObjectKey> {
+        self.by_names
+            .get(&label_names(identity))
+            .and_then(|index| index.get(identity))
+            .into_iter()
+            .flatten()
+    }
 }
 
 /// The decision state of one writer (one kind).
@@ -326,6 +410,7 @@ impl<K: StatusObject> Engine<K> {
             bound: BTreeMap::new(),
             unbound: BTreeMap::new(),
             sweeps: BTreeMap::new(),
+            unclaimed: Unclaimed::default(),
         });
         e
     }
@@ -428,6 +513,7 @@ impl<K: StatusObject> Engine<K> {
             l.bound.clear();
             l.unbound.clear();
             l.sweeps.clear();
+            l.unclaimed = Unclaimed::default();
         }
         self.epoch += 1;
         wanted
@@ -523,7 +609,15 @@ impl<K: StatusObject> Engine<K> {
             return;
         }
         let labels = &meta.labels;
-        if let Some(id) = l.unbound.keys().find(|id| is_subset(id, labels)).cloned() {
+        // The identities this object can stand for: its labels cut to each
+        // name set asked for (no scan of the identities).
+        let ids: Vec<Labels> = l
+            .unclaimed
+            .by_names
+            .keys()
+            .filter_map(|names| project(names, labels))
+            .collect();
+        if let Some(id) = ids.iter().find(|id| l.unbound.contains_key(*id)).cloned() {
             // Adopt it (e.g. after a restart, or the watch's event of our
             // own create ahead of its answer).
             let u = l.unbound.remove(&id).expect("found above");
@@ -535,10 +629,9 @@ impl<K: StatusObject> Engine<K> {
             // answer (which writes the status, or names an extra object).
             entry.in_flight = u.in_flight;
             l.bound.insert(id, key.clone());
-        } else if l
-            .bound
+        } else if ids
             .iter()
-            .any(|(id, k)| k != key && is_subset(id, labels))
+            .any(|id| l.bound.get(id).is_some_and(|k| k != key))
         {
             // Another object stands for the same identity.
             entry.want = Want::Delete;
@@ -615,6 +708,25 @@ impl<K: StatusObject> Engine<K> {
             return Self::set_entry(entry, desired);
         }
         l.bound.remove(&id);
+        l.unclaimed.index_names(&label_names(&id));
+        if !l.unbound.contains_key(&id) {
+            // An object of the scope seen before (the list at start comes
+            // first in the daemon) stands for it: adopted, not created again.
+            let found = l
+                .unclaimed
+                .candidates(&id)
+                .find(|k| self.entries.get(*k).is_some_and(Self::adoptable))
+                .cloned();
+            if let Some(key) = found {
+                let entry = self.entries.get_mut(&key).expect("found above");
+                entry.identity = Some(id.clone());
+                entry.want = Want::Unset;
+                entry.pace.succeeded();
+                l.bound.insert(id, key.clone());
+                l.unclaimed.remove(&key);
+                return Self::set_entry(entry, desired);
+            }
+        }
         match l.unbound.get_mut(&id) {
             Some(u) if u.desired == desired => SetResult::Pending,
             Some(u) => {
@@ -1054,9 +1166,10 @@ impl<K: StatusObject> Engine<K> {
                     (Some(desired), None) => {
                         entry.identity = Some(identity.clone());
                         entry.want = Want::Keep(desired);
-                        l.bound.insert(identity.clone(), key);
+                        l.bound.insert(identity.clone(), key.clone());
                     }
                 }
+                self.reindex(&key);
             }
             Outcome::Failed(class) => {
                 if let Some(u) = l.unbound.get_mut(identity) {
@@ -1080,6 +1193,40 @@ impl<K: StatusObject> Engine<K> {
         {
             self.entries.remove(key);
         }
+        self.reindex(key);
+    }
+
+    /// Label-keyed writers: keeps [`Unclaimed`] up to date with the entry
+    /// of `key` (call after every change of its identity, want, status
+    /// seen or labels).
+    fn reindex(&mut self, key: &ObjectKey) {
+        let Some(l) = &mut self.labeled else {
+            return;
+        };
+        match self.entries.get(key) {
+            Some(e)
+                if Self::adoptable(e)
+                    && key.namespace == l.scope.namespace
+                    && let Some(m) = &e.meta
+                    && l.scope.contains(&m.labels) =>
+            {
+                l.unclaimed.insert(key, &m.labels);
+            }
+            _ => l.unclaimed.remove(key),
+        }
+    }
+
+    /// Whether an identity asked for may take this object of its scope: it
+    /// exists, stands for no identity, and is neither wanted by name nor
+    /// being deleted (a delete not sent yet is called off).
+    fn adoptable(e: &Entry<K::Status>) -> bool {
+        e.identity.is_none()
+            && matches!(e.seen, Seen::Present(_))
+            && match e.want {
+                Want::Unset => true,
+                Want::Delete => !e.in_flight,
+                Want::Keep(_) => false,
+            }
     }
 
     fn meta_action(entry: &Entry<K::Status>, d: &Desired<K::Status>) -> Option<MetaWant> {

@@ -36,7 +36,8 @@
 //! Label-keyed writers ([`StatusWriter::labeled`], the speaker's
 //! `ServiceL2Status`, `ServiceBGPStatus` and `BGPSessionStatus`) identify
 //! objects by labels within a [`LabelScope`] (`metallb.io/node=<node>`):
-//! they list the scope at start and adopt existing objects, create missing
+//! they list the scope at start and adopt existing objects (whether the
+//! caller's desired state comes before the list or after), create missing
 //! ones (one POST with labels and owner, then the status) named
 //! [`StatusObject::name`] when free, else with `generateName`
 //! ([`StatusObject::generate_name`]), ignore observations older than what

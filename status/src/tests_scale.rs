@@ -7,16 +7,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use config::api::v1beta1::{
-    BGPSessionStatus, ConfigurationState, MetalLBServiceL2Status, ServiceL2Status,
+    BGPSessionStatus, BGPSessionStatusStatus, ConfigurationState, MetalLBServiceL2Status,
+    ServiceL2Status,
 };
-use config::api::{LABEL_PEER, LABEL_SERVICE_NAME, LABEL_SERVICE_NAMESPACE};
+use config::api::{LABEL_NODE, LABEL_PEER, LABEL_SERVICE_NAME, LABEL_SERVICE_NAMESPACE};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use super::{Harness, NS, exact, key};
 use crate::configuration_state::{self, Component};
-use crate::testing::{Call, FakeApi};
+use crate::testing::{Call, FakeApi, FakeObject};
 use crate::{
-    Desired, FakeClock, LabelScope, Labels, Metrics, StatusObject, StatusWriter, WriteBudget,
-    WriterConfig,
+    Desired, FakeClock, LabelScope, Labels, Metrics, ObjectKey, Observed, StatusObject,
+    StatusWriter, WriteBudget, WriterConfig,
 };
 
 fn l2(node: &str, svc: &str) -> MetalLBServiceL2Status {
@@ -213,4 +215,159 @@ async fn one_kinds_bulk_does_not_hold_back_another_kinds_write() {
     }
     assert_eq!(l2_api.objects().len(), 2_000);
     assert_eq!(l2w.pending(), 0);
+}
+
+// ----- H5: adoption after a restart, in either order
+
+fn pod(uid: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: "v1".into(),
+        kind: "Pod".into(),
+        name: format!("speaker-{uid}"),
+        uid: uid.into(),
+        ..Default::default()
+    }
+}
+
+fn with_node(mut labels: Labels) -> Labels {
+    labels.insert(LABEL_NODE.into(), "node-1".into());
+    labels
+}
+
+/// What a speaker left behind: `web` and `db` (`ServiceL2Status`), owned
+/// by the Pod `old`.
+fn l2_left_behind(api: &FakeApi<MetalLBServiceL2Status>) {
+    for (name, svc) in [("l2-aaaaa", "web"), ("l2-bbbbb", "db")] {
+        api.insert_object(
+            key(name),
+            FakeObject {
+                labels: with_node(svc_labels(svc)),
+                owner: Some(pod("old")),
+                status: l2("node-1", svc),
+            },
+        );
+    }
+}
+
+/// The restarted speaker's desired set: `web` owned by the new Pod (its
+/// object differs: one metadata write), `db` as it is (no write).
+fn l2_restarted(writer: &StatusWriter<ServiceL2Status>) {
+    writer.set_labeled(
+        svc_labels("web"),
+        Desired::new(l2("node-1", "web")).owner(Some(pod("new"))),
+    );
+    writer.set_labeled(svc_labels("db"), Desired::new(l2("node-1", "db")));
+    writer.initial_sync_done();
+}
+
+/// The watch's initial list, as `watch_into` hands it in.
+fn watch_list<K: StatusObject>(writer: &StatusWriter<K>, api: &FakeApi<K::Status>) {
+    writer.observe_all_objects(api.objects().into_iter().map(|(k, o)| {
+        let observed = Observed {
+            status: o.status,
+            labels: o.labels,
+            owners: o.owner.into_iter().collect(),
+            resource_version: None,
+        };
+        (k, observed)
+    }));
+}
+
+fn writes_of<S: Clone>(api: &FakeApi<S>) -> Vec<Call> {
+    api.calls()
+        .into_iter()
+        .filter(|c| !matches!(c, Call::Get(_) | Call::List(..)))
+        .collect()
+}
+
+/// Review H5, the daemon's order: the writer lists its scope (and the
+/// watch delivers its initial list) before the speaker's first pass hands
+/// in the desired set. Before, every object was created again and the old
+/// one pruned (3 writes each: POST, status, DELETE). Now the existing
+/// objects are adopted: the one that differs costs one metadata write, the
+/// one that matches none.
+#[tokio::test]
+async fn a_restarted_speaker_listing_first_adopts_its_objects() {
+    let clock = Arc::new(FakeClock::new());
+    let api = FakeApi::new();
+    l2_left_behind(&api);
+    let writer = labeled::<ServiceL2Status>(exact(), &clock, &WriteBudget::unlimited());
+    steps(&writer, &api, 100).await;
+    assert_eq!(lists(&api), 1, "listed before any desired state");
+    watch_list(&writer, &api);
+    l2_restarted(&writer);
+    steps(&writer, &api, 100).await;
+    assert_eq!(writes_of(&api), [Call::ApplyMetadata(key("l2-aaaaa"))]);
+    assert_eq!(
+        writer.labeled_key(&svc_labels("web")),
+        Some(key("l2-aaaaa"))
+    );
+    assert_eq!(writer.labeled_key(&svc_labels("db")), Some(key("l2-bbbbb")));
+    assert_eq!(api.objects().len(), 2);
+    assert_eq!(
+        api.object(&key("l2-aaaaa")).unwrap().owner,
+        Some(pod("new"))
+    );
+    assert_eq!(writer.pending(), 0);
+}
+
+/// Review H5, the other order (the only one tested before): desired state
+/// first, then the list. Same writes.
+#[tokio::test]
+async fn a_restarted_speaker_setting_first_adopts_its_objects() {
+    let clock = Arc::new(FakeClock::new());
+    let api = FakeApi::new();
+    l2_left_behind(&api);
+    let writer = labeled::<ServiceL2Status>(exact(), &clock, &WriteBudget::unlimited());
+    l2_restarted(&writer);
+    steps(&writer, &api, 100).await;
+    watch_list(&writer, &api);
+    steps(&writer, &api, 100).await;
+    assert_eq!(writes_of(&api), [Call::ApplyMetadata(key("l2-aaaaa"))]);
+    assert_eq!(
+        writer.labeled_key(&svc_labels("web")),
+        Some(key("l2-aaaaa"))
+    );
+    assert_eq!(writer.labeled_key(&svc_labels("db")), Some(key("l2-bbbbb")));
+    assert_eq!(api.objects().len(), 2);
+}
+
+/// Review H5: a `BGPSessionStatus` keeps its name `<node>-<peer>` across
+/// restarts in the daemon's order. Before, the restarted speaker created
+/// `node-1-r1-<generated>` (the plain name being taken by its old object)
+/// and pruned the old one, so the name alternated at every restart.
+#[tokio::test]
+async fn a_bgp_session_keeps_its_name_across_restarts_listing_first() {
+    let clock = Arc::new(FakeClock::new());
+    let api = FakeApi::new();
+    let session = |established: bool| BGPSessionStatusStatus {
+        node: "node-1".into(),
+        peer: "r1".into(),
+        bgp_status: if established { "Established" } else { "Active" }.into(),
+        ..Default::default()
+    };
+    for restart in 0..3 {
+        let writer = labeled::<BGPSessionStatus>(exact(), &clock, &WriteBudget::unlimited());
+        steps(&writer, &api, 100).await;
+        watch_list(&writer, &api);
+        let before = writes_of(&api).len();
+        writer.set_labeled(peer("r1"), Desired::new(session(restart % 2 == 1)));
+        writer.initial_sync_done();
+        steps(&writer, &api, 100).await;
+        assert_eq!(
+            writer.labeled_key(&peer("r1")),
+            Some(key("node-1-r1")),
+            "restart {restart}"
+        );
+        let names: Vec<ObjectKey> = api.objects().into_keys().collect();
+        assert_eq!(names, [key("node-1-r1")], "restart {restart}");
+        let writes = writes_of(&api)[before..].to_vec();
+        let expected = if restart == 0 {
+            vec![Call::Create(key("node-1-r1"))]
+        } else {
+            // The state changed across the restart: one status write.
+            vec![Call::Apply(key("node-1-r1"))]
+        };
+        assert_eq!(writes, expected, "restart {restart}");
+    }
 }

@@ -224,7 +224,8 @@ impl<K: StatusObject> StatusWriter<K> {
     /// `ServiceL2Status`: `metallb.io/service-name`,
     /// `metallb.io/service-namespace`) to be `desired`. The existing object
     /// with these labels is adopted (found by a list of the scope at start,
-    /// or by [`StatusWriter::observe_object`]); one is created with the
+    /// or by [`StatusWriter::observe_object`], before or after this call:
+    /// one that matches costs no write); one is created with the
     /// kind's `generateName` when none exists. Never blocks.
     ///
     /// # Panics
