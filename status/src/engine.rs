@@ -134,6 +134,36 @@ struct Entry<S> {
     /// The newest `resourceVersion` seen of the object (observations and
     /// write answers); older observations are stale and ignored.
     resource_version: Option<u64>,
+    /// What this entry adds to [`Engine::pending`] and [`Engine::failed`]
+    /// (kept up to date by [`Engine::recount`]).
+    counted: Counted,
+}
+
+/// An entry's part of the counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Counted {
+    pending: bool,
+    failed: bool,
+}
+
+/// Objects pending and failed, kept as entries change (O(1) per change
+/// instead of a scan of every entry per gauge refresh: review R12).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Counts {
+    pending: usize,
+    failed: usize,
+}
+
+impl Counts {
+    fn add(&mut self, c: Counted) {
+        self.pending += usize::from(c.pending);
+        self.failed += usize::from(c.failed);
+    }
+
+    fn sub(&mut self, c: Counted) {
+        self.pending -= usize::from(c.pending);
+        self.failed -= usize::from(c.failed);
+    }
 }
 
 impl<S> Entry<S> {
@@ -149,6 +179,7 @@ impl<S> Entry<S> {
             in_flight: false,
             identity: None,
             resource_version: None,
+            counted: Counted::default(),
         }
     }
 
@@ -295,6 +326,16 @@ struct LabelState<S> {
     /// Objects of the scope seen on the server that stand for no identity
     /// (yet), found by their labels: see [`Unclaimed`].
     unclaimed: Unclaimed,
+    /// Identities in `unbound` whose last create failed.
+    unbound_failed: usize,
+}
+
+impl<S> LabelState<S> {
+    fn remove_unbound(&mut self, id: &Labels) -> Option<Unbound<S>> {
+        let u = self.unbound.remove(id)?;
+        self.unbound_failed -= usize::from(u.pace.failures > 0);
+        Some(u)
+    }
 }
 
 /// The label names of an identity (e.g. the node, the service's name and
@@ -385,6 +426,8 @@ pub struct Engine<K: StatusObject> {
     entries: BTreeMap<ObjectKey, Entry<K::Status>>,
     labeled: Option<LabelState<K::Status>>,
     epoch: u64,
+    /// The sum of the entries' [`Counted`].
+    counts: Counts,
 }
 
 impl<K: StatusObject> Engine<K> {
@@ -395,6 +438,7 @@ impl<K: StatusObject> Engine<K> {
             entries: BTreeMap::new(),
             labeled: None,
             epoch: 0,
+            counts: Counts::default(),
         }
     }
 
@@ -411,6 +455,7 @@ impl<K: StatusObject> Engine<K> {
             unbound: BTreeMap::new(),
             sweeps: BTreeMap::new(),
             unclaimed: Unclaimed::default(),
+            unbound_failed: 0,
         });
         e
     }
@@ -429,8 +474,10 @@ impl<K: StatusObject> Engine<K> {
     /// The caller wants `key` to be `desired`.
     pub fn set_desired(&mut self, key: ObjectKey, mut desired: Desired<K::Status>) -> SetResult {
         K::limit(&mut desired.status);
-        let entry = self.entries.entry(key).or_insert_with(Entry::new);
-        Self::set_entry(entry, desired)
+        let entry = self.entries.entry(key.clone()).or_insert_with(Entry::new);
+        let r = Self::set_entry(entry, desired);
+        self.recount(&key);
+        r
     }
 
     fn set_entry(entry: &mut Entry<K::Status>, desired: Desired<K::Status>) -> SetResult {
@@ -460,7 +507,7 @@ impl<K: StatusObject> Engine<K> {
     /// objects) or forgotten (`IPAddressPool`).
     pub fn remove(&mut self, key: &ObjectKey) {
         if !K::OWNS_OBJECTS {
-            self.entries.remove(key);
+            self.drop_entry(key);
             return;
         }
         let entry = self.entries.entry(key.clone()).or_insert_with(Entry::new);
@@ -483,14 +530,17 @@ impl<K: StatusObject> Engine<K> {
         if !K::OWNS_OBJECTS {
             return 0;
         }
-        let mut n = 0;
-        for entry in self.entries.values_mut() {
+        let mut marked = Vec::new();
+        for (key, entry) in &mut self.entries {
             if entry.want == Want::Unset && matches!(entry.seen, Seen::Present(_)) {
                 entry.want = Want::Delete;
-                n += 1;
+                marked.push(key.clone());
             }
         }
-        n
+        for key in &marked {
+            self.recount(key);
+        }
+        marked.len()
     }
 
     /// Drops every desired status and everything known of the server
@@ -506,7 +556,9 @@ impl<K: StatusObject> Engine<K> {
             .count()
             + self.labeled.as_ref().map_or(0, |l| l.unbound.len());
         self.entries.clear();
+        self.counts = Counts::default();
         if let Some(l) = &mut self.labeled {
+            l.unbound_failed = 0;
             l.listed = false;
             l.list = ListState::default();
             l.synced = false;
@@ -522,13 +574,18 @@ impl<K: StatusObject> Engine<K> {
     /// Actions in flight will not complete (their futures were dropped, e.g.
     /// at shutdown): they are decided again from what is known.
     pub fn abandon_in_flight(&mut self) {
-        for entry in self.entries.values_mut() {
+        let mut abandoned = Vec::new();
+        for (key, entry) in &mut self.entries {
             if entry.in_flight {
                 entry.in_flight = false;
                 // A write may or may not have happened: read again.
                 entry.seen = Seen::Unknown;
                 entry.acked = None;
+                abandoned.push(key.clone());
             }
+        }
+        for key in &abandoned {
+            self.gc(key);
         }
         if let Some(l) = &mut self.labeled {
             l.list.in_flight = false;
@@ -620,7 +677,7 @@ impl<K: StatusObject> Engine<K> {
         if let Some(id) = ids.iter().find(|id| l.unbound.contains_key(*id)).cloned() {
             // Adopt it (e.g. after a restart, or the watch's event of our
             // own create ahead of its answer).
-            let u = l.unbound.remove(&id).expect("found above");
+            let u = l.remove_unbound(&id).expect("found above");
             entry.identity = Some(id.clone());
             entry.want = Want::Keep(u.desired);
             entry.pace.succeeded();
@@ -702,10 +759,12 @@ impl<K: StatusObject> Engine<K> {
         id.extend(l.scope.selector.clone());
         desired.labels.extend(id.clone());
         K::limit(&mut desired.status);
-        if let Some(key) = l.bound.get(&id)
-            && let Some(entry) = self.entries.get_mut(key)
+        if let Some(key) = l.bound.get(&id).cloned()
+            && let Some(entry) = self.entries.get_mut(&key)
         {
-            return Self::set_entry(entry, desired);
+            let r = Self::set_entry(entry, desired);
+            self.recount(&key);
+            return r;
         }
         l.bound.remove(&id);
         l.unclaimed.index_names(&label_names(&id));
@@ -724,7 +783,9 @@ impl<K: StatusObject> Engine<K> {
                 entry.pace.succeeded();
                 l.bound.insert(id, key.clone());
                 l.unclaimed.remove(&key);
-                return Self::set_entry(entry, desired);
+                let r = Self::set_entry(entry, desired);
+                self.recount(&key);
+                return r;
             }
         }
         match l.unbound.get_mut(&id) {
@@ -758,7 +819,7 @@ impl<K: StatusObject> Engine<K> {
         };
         let mut id = identity;
         id.extend(l.scope.selector.clone());
-        l.unbound.remove(&id);
+        l.remove_unbound(&id);
         if let Some(key) = l.bound.remove(&id) {
             if let Some(e) = self.entries.get_mut(&key) {
                 e.identity = None;
@@ -784,6 +845,7 @@ impl<K: StatusObject> Engine<K> {
         let Some(l) = &self.labeled else {
             return;
         };
+        let mut marked = Vec::new();
         for (key, e) in &mut self.entries {
             if e.want == Want::Unset
                 && e.identity.is_none()
@@ -792,7 +854,11 @@ impl<K: StatusObject> Engine<K> {
                 && e.meta.as_ref().is_some_and(|m| l.scope.contains(&m.labels))
             {
                 e.want = Want::Delete;
+                marked.push(key.clone());
             }
+        }
+        for key in &marked {
+            self.recount(key);
         }
     }
 
@@ -824,25 +890,40 @@ impl<K: StatusObject> Engine<K> {
     // ----- the actions
 
     /// Objects whose server state differs from what the caller wants
-    /// (including identities without an object yet).
+    /// (including identities without an object yet). O(1).
     pub fn pending(&self) -> usize {
-        self.entries
+        self.counts.pending + self.labeled.as_ref().map_or(0, |l| l.unbound.len())
+    }
+
+    /// Objects (and identities without an object) whose last request
+    /// failed. O(1).
+    pub fn failed(&self) -> usize {
+        self.counts.failed
+            + self.labeled.as_ref().map_or(0, |l| {
+                l.unbound_failed + usize::from(l.list.pace.failures > 0)
+            })
+    }
+
+    /// [`Engine::pending`] and [`Engine::failed`] counted from scratch
+    /// (tests check the counts kept against it).
+    #[cfg(test)]
+    pub(crate) fn counts_scanned(&self) -> (usize, usize) {
+        let pending = self
+            .entries
             .values()
             .filter(|e| e.in_flight || Self::action_for(e).is_some())
             .count()
-            + self.labeled.as_ref().map_or(0, |l| l.unbound.len())
-    }
-
-    /// Objects (and identities without an object) whose last request failed.
-    pub fn failed(&self) -> usize {
-        self.entries
+            + self.labeled.as_ref().map_or(0, |l| l.unbound.len());
+        let failed = self
+            .entries
             .values()
             .filter(|e| e.pace.failures > 0)
             .count()
             + self.labeled.as_ref().map_or(0, |l| {
                 l.unbound.values().filter(|u| u.pace.failures > 0).count()
                     + usize::from(l.list.pace.failures > 0)
-            })
+            });
+        (pending, failed)
     }
 
     /// The actions due at `now`; each object is then in flight until
@@ -1123,6 +1204,7 @@ impl<K: StatusObject> Engine<K> {
                     && !matches!(e.want, Want::Keep(_))
                 {
                     e.want = Want::Delete;
+                    self.recount(&key);
                 }
             }
         }
@@ -1135,7 +1217,8 @@ impl<K: StatusObject> Engine<K> {
         };
         // An object adopted for `identity` while this create was in flight
         // waited for it (see `classify`).
-        if let Some(e) = l.bound.get(identity).and_then(|k| self.entries.get_mut(k)) {
+        let waited = l.bound.get(identity).cloned();
+        if let Some(e) = waited.as_ref().and_then(|k| self.entries.get_mut(k)) {
             e.in_flight = false;
         }
         match outcome {
@@ -1144,7 +1227,7 @@ impl<K: StatusObject> Engine<K> {
                 sent,
                 returned,
             } => {
-                let wanted = l.unbound.remove(identity).map(|u| u.desired);
+                let wanted = l.remove_unbound(identity).map(|u| u.desired);
                 let bound_to = l.bound.get(identity).cloned();
                 let entry = self.entries.entry(key.clone()).or_insert_with(Entry::new);
                 entry.resource_version = returned.resource_version.or(entry.resource_version);
@@ -1169,11 +1252,12 @@ impl<K: StatusObject> Engine<K> {
                         l.bound.insert(identity.clone(), key.clone());
                     }
                 }
-                self.reindex(&key);
+                self.gc(&key);
             }
             Outcome::Failed(class) => {
                 if let Some(u) = l.unbound.get_mut(identity) {
                     u.in_flight = false;
+                    l.unbound_failed += usize::from(u.pace.failures == 0);
                     u.pace.failed(class, &backoff, now);
                 }
             }
@@ -1183,6 +1267,9 @@ impl<K: StatusObject> Engine<K> {
                 }
             }
         }
+        if let Some(k) = waited {
+            self.gc(&k);
+        }
     }
 
     fn gc(&mut self, key: &ObjectKey) {
@@ -1191,9 +1278,35 @@ impl<K: StatusObject> Engine<K> {
             && e.seen == Seen::Absent
             && matches!(e.want, Want::Delete | Want::Unset)
         {
-            self.entries.remove(key);
+            self.drop_entry(key);
+        } else {
+            self.recount(key);
         }
         self.reindex(key);
+    }
+
+    /// Forgets the entry of `key` (and its part of the counts).
+    fn drop_entry(&mut self, key: &ObjectKey) {
+        if let Some(e) = self.entries.remove(key) {
+            self.counts.sub(e.counted);
+        }
+    }
+
+    /// Brings the counts up to date with the entry of `key` (call after
+    /// every change of it): O(1), one comparison of its statuses.
+    fn recount(&mut self, key: &ObjectKey) {
+        let Some(e) = self.entries.get_mut(key) else {
+            return;
+        };
+        let now = Counted {
+            pending: e.in_flight || Self::action_for(e).is_some(),
+            failed: e.pace.failures > 0,
+        };
+        let was = std::mem::replace(&mut e.counted, now);
+        if was != now {
+            self.counts.sub(was);
+            self.counts.add(now);
+        }
     }
 
     /// Label-keyed writers: keeps [`Unclaimed`] up to date with the entry

@@ -4,11 +4,11 @@
 //! state (H5), and the gauges follow every change exactly (R12).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use config::api::v1beta1::{
     BGPSessionStatus, BGPSessionStatusStatus, ConfigurationState, MetalLBServiceL2Status,
-    ServiceL2Status,
+    ServiceBGPStatus, ServiceL2Status,
 };
 use config::api::{LABEL_NODE, LABEL_PEER, LABEL_SERVICE_NAME, LABEL_SERVICE_NAMESPACE};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -17,8 +17,8 @@ use super::{Harness, NS, exact, key};
 use crate::configuration_state::{self, Component};
 use crate::testing::{Call, FakeApi, FakeObject};
 use crate::{
-    Desired, FakeClock, LabelScope, Labels, Metrics, ObjectKey, Observed, StatusObject,
-    StatusWriter, WriteBudget, WriterConfig,
+    Action, Class, Desired, Engine, FakeClock, LabelScope, Labels, Metrics, ObjectKey, Observed,
+    Outcome, StatusObject, StatusWriter, WriteBudget, WriterConfig,
 };
 
 fn l2(node: &str, svc: &str) -> MetalLBServiceL2Status {
@@ -370,4 +370,192 @@ async fn a_bgp_session_keeps_its_name_across_restarts_listing_first() {
         };
         assert_eq!(writes, expected, "restart {restart}");
     }
+}
+
+// ----- R12: the gauges, kept per change
+
+/// A small deterministic generator (xorshift64*): the same sequence of
+/// operations at every run.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let x = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        usize::try_from(x >> 33).unwrap_or(0) % n
+    }
+}
+
+/// An outcome for `action`, as a server could answer it (or a failure).
+fn outcome_for(
+    rng: &mut Rng,
+    action: &Action<MetalLBServiceL2Status>,
+    created: &mut u32,
+) -> Outcome<MetalLBServiceL2Status> {
+    if rng.below(5) == 0 {
+        let class = [
+            Class::Transient,
+            Class::Conflict,
+            Class::Permanent,
+            Class::NotFound,
+            Class::Timeout,
+        ][rng.below(5)];
+        return Outcome::Failed(class);
+    }
+    let echo = |d: &Desired<MetalLBServiceL2Status>| Observed {
+        status: d.status.clone(),
+        labels: d.labels.clone(),
+        owners: d.owner.iter().cloned().collect(),
+        resource_version: None,
+    };
+    match action {
+        Action::Fetch(_) => {
+            Outcome::Fetched((rng.below(2) == 0).then(|| Observed::status(l2("node-1", "x"))))
+        }
+        Action::Create(_, d) => Outcome::Written {
+            sent: d.status.clone(),
+            returned: echo(d),
+        },
+        Action::Apply(_, st) => match rng.below(4) {
+            0 => Outcome::NotFound,
+            _ => Outcome::Written {
+                sent: st.clone(),
+                returned: Observed::status(st.clone()),
+            },
+        },
+        Action::ApplyMetadata(..) => Outcome::Written {
+            sent: Default::default(),
+            returned: Observed::status(Default::default()),
+        },
+        Action::Delete(_) => Outcome::Deleted,
+        Action::List { .. } => Outcome::Listed(Vec::new()),
+        Action::CreateGenerated { desired, .. } => {
+            *created += 1;
+            Outcome::Created {
+                key: key(&format!("l2-{created:05}")),
+                sent: desired.status.clone(),
+                returned: echo(desired),
+            }
+        }
+    }
+}
+
+/// Review R12: `pending` and `failed` (the gauges) are kept per change
+/// instead of scanning every entry at each one; after every step of 20,000
+/// random operations of every kind (sets, removals, observations, polls and
+/// outcomes, failures, prunes, restarts of the list, forget_all), they equal
+/// a count from scratch.
+#[test]
+fn the_counts_kept_equal_a_full_count_after_every_operation() {
+    let mut e = Engine::<ServiceL2Status>::labeled(exact(), LabelScope::node(NS, "node-1"));
+    let mut rng = Rng(0x5eed_1234_abcd_0042);
+    let mut now = Instant::now();
+    let mut in_flight: Vec<(Action<MetalLBServiceL2Status>, u64)> = Vec::new();
+    let mut created = 0u32;
+    let svc = |i: usize| format!("svc-{i}");
+    for step in 0..20_000 {
+        match rng.below(100) {
+            0..=29 => {
+                let i = rng.below(60);
+                let mut d = Desired::new(l2("node-1", &svc(i)));
+                if rng.below(3) == 0 {
+                    d = d.owner(Some(pod(if rng.below(2) == 0 { "a" } else { "b" })));
+                }
+                e.set_labeled(svc_labels(&svc(i)), d);
+            }
+            30..=37 => e.remove_labeled(svc_labels(&svc(rng.below(60)))),
+            38..=47 => {
+                let name = format!("l2-{:05}", rng.below(created as usize + 20));
+                let object = (rng.below(4) != 0).then(|| Observed {
+                    status: l2("node-1", &svc(rng.below(60))),
+                    labels: with_node(svc_labels(&svc(rng.below(60)))),
+                    owners: Vec::new(),
+                    resource_version: None,
+                });
+                e.observe_object(key(&name), object);
+            }
+            48..=52 => {
+                let i = rng.below(20);
+                e.set_desired(key(&format!("named-{i}")), Desired::new(l2("node-1", "n")));
+            }
+            53..=54 => e.remove(&key(&format!("named-{}", rng.below(20)))),
+            55..=74 => {
+                let epoch = e.epoch();
+                in_flight.extend(e.poll(now).into_iter().map(|a| (a, epoch)));
+            }
+            75..=92 => {
+                if !in_flight.is_empty() {
+                    let (action, epoch) = in_flight.swap_remove(rng.below(in_flight.len()));
+                    let outcome = outcome_for(&mut rng, &action, &mut created);
+                    if epoch == e.epoch() {
+                        e.complete(&action, outcome, now);
+                    }
+                }
+            }
+            93 => e.initial_sync_done(),
+            94 => {
+                e.prune_unwanted();
+            }
+            95 => e.delete_others(svc_labels(&svc(rng.below(60)))),
+            96 => {
+                e.abandon_in_flight();
+                in_flight.clear();
+            }
+            97 if rng.below(10) == 0 => {
+                e.forget_all();
+            }
+            _ => now += Duration::from_millis(rng.below(3_000) as u64),
+        }
+        assert_eq!(
+            (e.pending(), e.failed()),
+            e.counts_scanned(),
+            "after step {step}"
+        );
+    }
+    // The sequence went through every state worth counting.
+    assert!(created > 100, "{created} objects created");
+}
+
+/// The gauges of a writer after a bulk of 10,000 sets, then half of them
+/// removed and the rest written: exact at every point.
+#[tokio::test]
+async fn the_gauges_stay_exact_through_a_bulk() {
+    let h = Harness::<ServiceBGPStatus>::new();
+    let gauge = |name: &str| h.counter(name, &[("kind", "ServiceBGPStatus")]);
+    for i in 0..10_000 {
+        h.writer
+            .set_desired(key(&format!("o{i}")), Desired::new(super::bgp(&["r1"])));
+    }
+    assert_eq!(gauge("metallb_rs_status_pending"), 10_000);
+    h.api.fail_next(100, "etcdserver: leader changed");
+    h.settle().await;
+    assert_eq!(gauge("metallb_rs_status_failed"), 100);
+    assert_eq!(gauge("metallb_rs_status_pending"), 100);
+    // The first 100 requests failed: those of the objects kept still count.
+    let odd = |c: &Call| {
+        c.key()
+            .and_then(|k| k.name[1..].parse::<u32>().ok())
+            .is_some_and(|i| i % 2 == 1)
+    };
+    let failed_kept = h.api.calls()[..100].iter().filter(|c| odd(c)).count() as u64;
+    assert!(failed_kept > 0 && failed_kept < 100);
+    for i in (0..10_000).step_by(2) {
+        h.writer.remove(&key(&format!("o{i}")));
+    }
+    // The others are now deletes (a delete starts afresh).
+    assert_eq!(gauge("metallb_rs_status_failed"), failed_kept);
+    assert_eq!(gauge("metallb_rs_status_pending"), 5_000 + failed_kept);
+    h.settle().await;
+    h.advance(1_000);
+    h.settle().await;
+    assert_eq!(
+        (
+            gauge("metallb_rs_status_pending"),
+            gauge("metallb_rs_status_failed")
+        ),
+        (0, 0)
+    );
+    assert_eq!(h.api.objects().len(), 5_000);
 }
