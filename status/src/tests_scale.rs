@@ -559,3 +559,94 @@ async fn the_gauges_stay_exact_through_a_bulk() {
     );
     assert_eq!(h.api.objects().len(), 5_000);
 }
+
+/// Review H3 in the daemon's setup: three writers sharing one budget
+/// (20/s, bursts of 30), each in its own `run` loop on the system clock
+/// (tokio's, paused: a writer that spun waiting for its turn would hang
+/// this test). The `BGPSessionStatus` CRD is missing for 10 minutes: its
+/// writer lists about once a minute, and the two others write their 600
+/// objects each within the budget.
+#[tokio::test(start_paused = true)]
+async fn the_daemons_writers_in_their_loops_with_a_missing_crd() {
+    let budget = WriteBudget::new(20.0, 30);
+    let clock: Arc<dyn crate::Clock> = Arc::new(crate::SystemClock);
+    let scope = LabelScope::node(NS, "node-1");
+    let writer = |budget: &WriteBudget| {
+        (
+            scope.clone(),
+            clock.clone(),
+            Metrics::unregistered(),
+            budget.clone(),
+        )
+    };
+    let (s, c, m, b) = writer(&budget);
+    let sessions: StatusWriter<BGPSessionStatus> =
+        StatusWriter::labeled(WriterConfig::default(), s, c, m, b);
+    let (s, c, m, b) = writer(&budget);
+    let l2w: StatusWriter<ServiceL2Status> =
+        StatusWriter::labeled(WriterConfig::default(), s, c, m, b);
+    let (s, c, m, b) = writer(&budget);
+    let bgpw: StatusWriter<ServiceBGPStatus> =
+        StatusWriter::labeled(WriterConfig::default(), s, c, m, b);
+    let sessions_api = Arc::new(FakeApi::new());
+    let l2_api = Arc::new(FakeApi::new());
+    let bgp_api = Arc::new(FakeApi::new());
+    sessions_api.set_kind_missing(true);
+    sessions.set_labeled(peer("r1"), Desired::new(Default::default()));
+    for i in 0..600 {
+        let svc = format!("svc-{i}");
+        l2w.set_labeled(svc_labels(&svc), Desired::new(l2("node-1", &svc)));
+        bgpw.set_labeled(svc_labels(&svc), Desired::new(super::bgp(&["r1"])));
+    }
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let until_stopped = || {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }
+    };
+    let tasks = [
+        tokio::spawn({
+            let (w, api, stop) = (sessions.clone(), sessions_api.clone(), until_stopped());
+            async move { w.run(api, stop).await }
+        }),
+        tokio::spawn({
+            let (w, api, stop) = (l2w.clone(), l2_api.clone(), until_stopped());
+            async move { w.run(api, stop).await }
+        }),
+        tokio::spawn({
+            let (w, api, stop) = (bgpw.clone(), bgp_api.clone(), until_stopped());
+            async move { w.run(api, stop).await }
+        }),
+    ];
+    let start = tokio::time::Instant::now();
+    let mut both_done = None;
+    while start.elapsed() < Duration::from_secs(600) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if both_done.is_none() && l2w.pending() == 0 && bgpw.pending() == 0 {
+            both_done = Some(start.elapsed());
+        }
+    }
+    stop.send(true).unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let tries = lists(&sessions_api);
+    assert!(
+        (10..=25).contains(&tries),
+        "{tries} lists of the missing kind"
+    );
+    // 1,202 requests at 20/s after a burst of 30: about 59 s.
+    let done = both_done.expect("both other writers done");
+    assert!(done <= Duration::from_secs(65), "done after {done:?}");
+    assert_eq!(
+        (l2_api.objects().len(), bgp_api.objects().len()),
+        (600, 600)
+    );
+    // Nothing but the budget's requests: each object once, one list each.
+    assert_eq!(l2_api.calls().len() + bgp_api.calls().len(), 1_202);
+    // Each loop wakes for a token, an answer or a new desired state, no
+    // more (a writer waiting for its turn woke every millisecond: 10^5).
+    let turns = sessions.turns() + l2w.turns() + bgpw.turns();
+    assert!(turns < 6_000, "{turns} turns of the writers' loops");
+}

@@ -23,6 +23,10 @@ struct Shared<K: StatusObject> {
     clock: Arc<dyn Clock>,
     metrics: Metrics,
     budget: Share,
+    /// Turns of [`StatusWriter::run`]'s loop (tests: a writer waiting for
+    /// its turn of the budget must sleep, not spin).
+    #[cfg(test)]
+    turns: std::sync::atomic::AtomicU64,
 }
 
 /// The status writer of one kind. Cheap to clone; every method but
@@ -86,6 +90,8 @@ impl<K: StatusObject> StatusWriter<K> {
                 clock,
                 metrics,
                 budget: budget.share(),
+                #[cfg(test)]
+                turns: std::sync::atomic::AtomicU64::new(0),
             }),
         }
     }
@@ -264,6 +270,12 @@ impl<K: StatusObject> StatusWriter<K> {
     /// Label-keyed writers: the object standing for `identity`, once known.
     pub fn labeled_key(&self, identity: &Labels) -> Option<ObjectKey> {
         self.engine().labeled_key(identity).cloned()
+    }
+
+    /// Turns of the `run` loop so far.
+    #[cfg(test)]
+    pub(crate) fn turns(&self) -> u64 {
+        self.shared.turns.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Objects not yet as the caller wants them on the server.
@@ -500,6 +512,10 @@ impl<K: StatusObject> StatusWriter<K> {
         let mut in_flight = FuturesUnordered::new();
         let mut epoch = self.engine().epoch();
         loop {
+            #[cfg(test)]
+            self.shared
+                .turns
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             {
                 let mut engine = self.engine();
                 if engine.epoch() != epoch {
