@@ -90,13 +90,25 @@ impl Pace {
         *self = Pace::default();
     }
 
+    /// A read succeeded: the next attempt is due at once, but the failures
+    /// in a row are kept (a read writes nothing: a create or a write that
+    /// keeps failing around successful reads backs off further).
+    fn read(&mut self) {
+        self.retry_at = None;
+    }
+
     fn failed(&mut self, class: Class, backoff: &Backoff, now: Instant) {
         self.failures = self.failures.saturating_add(1);
-        // A conflict is read again at once; conflicts in a row back off.
-        let class_for_delay = if class == Class::Conflict && self.failures > 1 {
-            Class::Transient
-        } else {
-            class
+        let class_for_delay = match class {
+            // A conflict is read again at once; conflicts in a row back off.
+            Class::Conflict if self.failures > 1 => Class::Transient,
+            // A request that fails with a 404 (not a named object's absence,
+            // which the edge answers as `None`) lacks its resource or its
+            // namespace, e.g. a CRD not installed: retrying at once would
+            // spend the whole budget on it (review H3). Backs off like a
+            // transient error: doubling, jittered, capped.
+            Class::NotFound => Class::Transient,
+            other => other,
         };
         self.retry_at = Some(now + backoff.delay(self.failures, class_for_delay));
         self.last_class = Some(class);
@@ -122,6 +134,36 @@ struct Entry<S> {
     /// The newest `resourceVersion` seen of the object (observations and
     /// write answers); older observations are stale and ignored.
     resource_version: Option<u64>,
+    /// What this entry adds to [`Engine::pending`] and [`Engine::failed`]
+    /// (kept up to date by [`Engine::recount`]).
+    counted: Counted,
+}
+
+/// An entry's part of the counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Counted {
+    pending: bool,
+    failed: bool,
+}
+
+/// Objects pending and failed, kept as entries change (O(1) per change
+/// instead of a scan of every entry per gauge refresh: review R12).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Counts {
+    pending: usize,
+    failed: usize,
+}
+
+impl Counts {
+    fn add(&mut self, c: Counted) {
+        self.pending += usize::from(c.pending);
+        self.failed += usize::from(c.failed);
+    }
+
+    fn sub(&mut self, c: Counted) {
+        self.pending -= usize::from(c.pending);
+        self.failed -= usize::from(c.failed);
+    }
 }
 
 impl<S> Entry<S> {
@@ -137,6 +179,7 @@ impl<S> Entry<S> {
             in_flight: false,
             identity: None,
             resource_version: None,
+            counted: Counted::default(),
         }
     }
 
@@ -280,6 +323,100 @@ struct LabelState<S> {
     /// Lists of other selectors whose objects outside the scope are deleted
     /// (e.g. other nodes' objects of a service).
     sweeps: BTreeMap<Labels, ListState>,
+    /// Objects of the scope seen on the server that stand for no identity
+    /// (yet), found by their labels: see [`Unclaimed`].
+    unclaimed: Unclaimed,
+    /// Identities in `unbound` whose last create failed.
+    unbound_failed: usize,
+}
+
+impl<S> LabelState<S> {
+    fn remove_unbound(&mut self, id: &Labels) -> Option<Unbound<S>> {
+        let u = self.unbound.remove(id)?;
+        self.unbound_failed -= usize::from(u.pace.failures > 0);
+        Some(u)
+    }
+}
+
+/// The label names of an identity (e.g. the node, the service's name and
+/// namespace): identities of one writer have the same few.
+type LabelNames = Vec<String>;
+
+fn label_names(identity: &Labels) -> LabelNames {
+    identity.keys().cloned().collect()
+}
+
+/// `labels` cut to `names`; `None` when one is missing. An identity of
+/// `names` is a subset of `labels` iff it equals this.
+fn project(names: &LabelNames, labels: &Labels) -> Option<Labels> {
+    names
+        .iter()
+        .map(|n| labels.get(n).map(|v| (n.clone(), v.clone())))
+        .collect()
+}
+
+/// Objects of the scope that stand for no identity (an earlier run's, not
+/// asked for yet), indexed by the labels of every identity name set asked
+/// for: an identity asked for after the object was seen adopts it in
+/// O(log n) (review H5), whatever came first.
+#[derive(Debug, Default)]
+struct Unclaimed {
+    labels: BTreeMap<ObjectKey, Labels>,
+    by_names: BTreeMap<LabelNames, BTreeMap<Labels, std::collections::BTreeSet<ObjectKey>>>,
+}
+
+impl Unclaimed {
+    fn insert(&mut self, key: &ObjectKey, labels: &Labels) {
+        if self.labels.get(key) == Some(labels) {
+            return;
+        }
+        self.remove(key);
+        for (names, index) in &mut self.by_names {
+            if let Some(p) = project(names, labels) {
+                index.entry(p).or_default().insert(key.clone());
+            }
+        }
+        self.labels.insert(key.clone(), labels.clone());
+    }
+
+    fn remove(&mut self, key: &ObjectKey) {
+        let Some(labels) = self.labels.remove(key) else {
+            return;
+        };
+        for (names, index) in &mut self.by_names {
+            if let Some(p) = project(names, &labels)
+                && let Some(keys) = index.get_mut(&p)
+            {
+                keys.remove(key);
+                if keys.is_empty() {
+                    index.remove(&p);
+                }
+            }
+        }
+    }
+
+    /// Indexes by `names` too (once per name set: O(n) the first time).
+    fn index_names(&mut self, names: &LabelNames) {
+        if self.by_names.contains_key(names) {
+            return;
+        }
+        let mut index: BTreeMap<Labels, std::collections::BTreeSet<ObjectKey>> = BTreeMap::new();
+        for (key, labels) in &self.labels {
+            if let Some(p) = project(names, labels) {
+                index.entry(p).or_default().insert(key.clone());
+            }
+        }
+        self.by_names.insert(names.clone(), index);
+    }
+
+    /// The objects whose labels include `identity` (its names indexed).
+    fn candidates(&self, identity: &Labels) -> impl Iterator<Item = &ObjectKey> {
+        self.by_names
+            .get(&label_names(identity))
+            .and_then(|index| index.get(identity))
+            .into_iter()
+            .flatten()
+    }
 }
 
 /// The decision state of one writer (one kind).
@@ -289,6 +426,8 @@ pub struct Engine<K: StatusObject> {
     entries: BTreeMap<ObjectKey, Entry<K::Status>>,
     labeled: Option<LabelState<K::Status>>,
     epoch: u64,
+    /// The sum of the entries' [`Counted`].
+    counts: Counts,
 }
 
 impl<K: StatusObject> Engine<K> {
@@ -299,6 +438,7 @@ impl<K: StatusObject> Engine<K> {
             entries: BTreeMap::new(),
             labeled: None,
             epoch: 0,
+            counts: Counts::default(),
         }
     }
 
@@ -314,6 +454,8 @@ impl<K: StatusObject> Engine<K> {
             bound: BTreeMap::new(),
             unbound: BTreeMap::new(),
             sweeps: BTreeMap::new(),
+            unclaimed: Unclaimed::default(),
+            unbound_failed: 0,
         });
         e
     }
@@ -332,8 +474,10 @@ impl<K: StatusObject> Engine<K> {
     /// The caller wants `key` to be `desired`.
     pub fn set_desired(&mut self, key: ObjectKey, mut desired: Desired<K::Status>) -> SetResult {
         K::limit(&mut desired.status);
-        let entry = self.entries.entry(key).or_insert_with(Entry::new);
-        Self::set_entry(entry, desired)
+        let entry = self.entries.entry(key.clone()).or_insert_with(Entry::new);
+        let r = Self::set_entry(entry, desired);
+        self.recount(&key);
+        r
     }
 
     fn set_entry(entry: &mut Entry<K::Status>, desired: Desired<K::Status>) -> SetResult {
@@ -363,7 +507,7 @@ impl<K: StatusObject> Engine<K> {
     /// objects) or forgotten (`IPAddressPool`).
     pub fn remove(&mut self, key: &ObjectKey) {
         if !K::OWNS_OBJECTS {
-            self.entries.remove(key);
+            self.drop_entry(key);
             return;
         }
         let entry = self.entries.entry(key.clone()).or_insert_with(Entry::new);
@@ -386,14 +530,17 @@ impl<K: StatusObject> Engine<K> {
         if !K::OWNS_OBJECTS {
             return 0;
         }
-        let mut n = 0;
-        for entry in self.entries.values_mut() {
+        let mut marked = Vec::new();
+        for (key, entry) in &mut self.entries {
             if entry.want == Want::Unset && matches!(entry.seen, Seen::Present(_)) {
                 entry.want = Want::Delete;
-                n += 1;
+                marked.push(key.clone());
             }
         }
-        n
+        for key in &marked {
+            self.recount(key);
+        }
+        marked.len()
     }
 
     /// Drops every desired status and everything known of the server
@@ -409,13 +556,16 @@ impl<K: StatusObject> Engine<K> {
             .count()
             + self.labeled.as_ref().map_or(0, |l| l.unbound.len());
         self.entries.clear();
+        self.counts = Counts::default();
         if let Some(l) = &mut self.labeled {
+            l.unbound_failed = 0;
             l.listed = false;
             l.list = ListState::default();
             l.synced = false;
             l.bound.clear();
             l.unbound.clear();
             l.sweeps.clear();
+            l.unclaimed = Unclaimed::default();
         }
         self.epoch += 1;
         wanted
@@ -424,13 +574,18 @@ impl<K: StatusObject> Engine<K> {
     /// Actions in flight will not complete (their futures were dropped, e.g.
     /// at shutdown): they are decided again from what is known.
     pub fn abandon_in_flight(&mut self) {
-        for entry in self.entries.values_mut() {
+        let mut abandoned = Vec::new();
+        for (key, entry) in &mut self.entries {
             if entry.in_flight {
                 entry.in_flight = false;
                 // A write may or may not have happened: read again.
                 entry.seen = Seen::Unknown;
                 entry.acked = None;
+                abandoned.push(key.clone());
             }
+        }
+        for key in &abandoned {
+            self.gc(key);
         }
         if let Some(l) = &mut self.labeled {
             l.list.in_flight = false;
@@ -511,10 +666,18 @@ impl<K: StatusObject> Engine<K> {
             return;
         }
         let labels = &meta.labels;
-        if let Some(id) = l.unbound.keys().find(|id| is_subset(id, labels)).cloned() {
+        // The identities this object can stand for: its labels cut to each
+        // name set asked for (no scan of the identities).
+        let ids: Vec<Labels> = l
+            .unclaimed
+            .by_names
+            .keys()
+            .filter_map(|names| project(names, labels))
+            .collect();
+        if let Some(id) = ids.iter().find(|id| l.unbound.contains_key(*id)).cloned() {
             // Adopt it (e.g. after a restart, or the watch's event of our
             // own create ahead of its answer).
-            let u = l.unbound.remove(&id).expect("found above");
+            let u = l.remove_unbound(&id).expect("found above");
             entry.identity = Some(id.clone());
             entry.want = Want::Keep(u.desired);
             entry.pace.succeeded();
@@ -523,10 +686,9 @@ impl<K: StatusObject> Engine<K> {
             // answer (which writes the status, or names an extra object).
             entry.in_flight = u.in_flight;
             l.bound.insert(id, key.clone());
-        } else if l
-            .bound
+        } else if ids
             .iter()
-            .any(|(id, k)| k != key && is_subset(id, labels))
+            .any(|id| l.bound.get(id).is_some_and(|k| k != key))
         {
             // Another object stands for the same identity.
             entry.want = Want::Delete;
@@ -597,12 +759,35 @@ impl<K: StatusObject> Engine<K> {
         id.extend(l.scope.selector.clone());
         desired.labels.extend(id.clone());
         K::limit(&mut desired.status);
-        if let Some(key) = l.bound.get(&id)
-            && let Some(entry) = self.entries.get_mut(key)
+        if let Some(key) = l.bound.get(&id).cloned()
+            && let Some(entry) = self.entries.get_mut(&key)
         {
-            return Self::set_entry(entry, desired);
+            let r = Self::set_entry(entry, desired);
+            self.recount(&key);
+            return r;
         }
         l.bound.remove(&id);
+        l.unclaimed.index_names(&label_names(&id));
+        if !l.unbound.contains_key(&id) {
+            // An object of the scope seen before (the list at start comes
+            // first in the daemon) stands for it: adopted, not created again.
+            let found = l
+                .unclaimed
+                .candidates(&id)
+                .find(|k| self.entries.get(*k).is_some_and(Self::adoptable))
+                .cloned();
+            if let Some(key) = found {
+                let entry = self.entries.get_mut(&key).expect("found above");
+                entry.identity = Some(id.clone());
+                entry.want = Want::Unset;
+                entry.pace.succeeded();
+                l.bound.insert(id, key.clone());
+                l.unclaimed.remove(&key);
+                let r = Self::set_entry(entry, desired);
+                self.recount(&key);
+                return r;
+            }
+        }
         match l.unbound.get_mut(&id) {
             Some(u) if u.desired == desired => SetResult::Pending,
             Some(u) => {
@@ -634,7 +819,7 @@ impl<K: StatusObject> Engine<K> {
         };
         let mut id = identity;
         id.extend(l.scope.selector.clone());
-        l.unbound.remove(&id);
+        l.remove_unbound(&id);
         if let Some(key) = l.bound.remove(&id) {
             if let Some(e) = self.entries.get_mut(&key) {
                 e.identity = None;
@@ -660,6 +845,7 @@ impl<K: StatusObject> Engine<K> {
         let Some(l) = &self.labeled else {
             return;
         };
+        let mut marked = Vec::new();
         for (key, e) in &mut self.entries {
             if e.want == Want::Unset
                 && e.identity.is_none()
@@ -668,7 +854,11 @@ impl<K: StatusObject> Engine<K> {
                 && e.meta.as_ref().is_some_and(|m| l.scope.contains(&m.labels))
             {
                 e.want = Want::Delete;
+                marked.push(key.clone());
             }
+        }
+        for key in &marked {
+            self.recount(key);
         }
     }
 
@@ -700,25 +890,40 @@ impl<K: StatusObject> Engine<K> {
     // ----- the actions
 
     /// Objects whose server state differs from what the caller wants
-    /// (including identities without an object yet).
+    /// (including identities without an object yet). O(1).
     pub fn pending(&self) -> usize {
-        self.entries
+        self.counts.pending + self.labeled.as_ref().map_or(0, |l| l.unbound.len())
+    }
+
+    /// Objects (and identities without an object) whose last request
+    /// failed. O(1).
+    pub fn failed(&self) -> usize {
+        self.counts.failed
+            + self.labeled.as_ref().map_or(0, |l| {
+                l.unbound_failed + usize::from(l.list.pace.failures > 0)
+            })
+    }
+
+    /// [`Engine::pending`] and [`Engine::failed`] counted from scratch
+    /// (tests check the counts kept against it).
+    #[cfg(test)]
+    pub(crate) fn counts_scanned(&self) -> (usize, usize) {
+        let pending = self
+            .entries
             .values()
             .filter(|e| e.in_flight || Self::action_for(e).is_some())
             .count()
-            + self.labeled.as_ref().map_or(0, |l| l.unbound.len())
-    }
-
-    /// Objects (and identities without an object) whose last request failed.
-    pub fn failed(&self) -> usize {
-        self.entries
+            + self.labeled.as_ref().map_or(0, |l| l.unbound.len());
+        let failed = self
+            .entries
             .values()
             .filter(|e| e.pace.failures > 0)
             .count()
             + self.labeled.as_ref().map_or(0, |l| {
                 l.unbound.values().filter(|u| u.pace.failures > 0).count()
                     + usize::from(l.list.pace.failures > 0)
-            })
+            });
+        (pending, failed)
     }
 
     /// The actions due at `now`; each object is then in flight until
@@ -735,13 +940,22 @@ impl<K: StatusObject> Engine<K> {
         budget: &mut TokenBucket,
         max: usize,
     ) -> Vec<Action<K::Status>> {
+        self.poll_with(now, max, || budget.try_take(now))
+    }
+
+    /// The actions due at `now`, at most `max`, each taken only when `take`
+    /// says so (none is asked for past the first refusal).
+    pub fn poll_with(
+        &mut self,
+        now: Instant,
+        max: usize,
+        mut take: impl FnMut() -> bool,
+    ) -> Vec<Action<K::Status>> {
         let mut out = Vec::new();
-        let room = |out: &Vec<Action<K::Status>>, budget: &mut TokenBucket| {
-            out.len() < max && budget.try_take(now)
-        };
+        let mut room = |out: &Vec<Action<K::Status>>| out.len() < max && take();
         if let Some(l) = &mut self.labeled {
             if !l.listed && !l.list.in_flight && l.list.pace.retry_at.is_none_or(|t| t <= now) {
-                if !room(&out, budget) {
+                if !room(&out) {
                     return out;
                 }
                 l.list.in_flight = true;
@@ -754,7 +968,7 @@ impl<K: StatusObject> Engine<K> {
                 if s.in_flight || s.pace.retry_at.is_some_and(|t| t > now) {
                     continue;
                 }
-                if !room(&out, budget) {
+                if !room(&out) {
                     return out;
                 }
                 s.in_flight = true;
@@ -768,7 +982,7 @@ impl<K: StatusObject> Engine<K> {
                     if u.in_flight || u.pace.retry_at.is_some_and(|t| t > now) {
                         continue;
                     }
-                    if !room(&out, budget) {
+                    if !room(&out) {
                         return out;
                     }
                     u.in_flight = true;
@@ -792,7 +1006,7 @@ impl<K: StatusObject> Engine<K> {
             if Self::due(&self.config, entry, &kind).is_some_and(|due| due > now) {
                 continue;
             }
-            if !room(&out, budget) {
+            if !room(&out) {
                 return out;
             }
             entry.in_flight = true;
@@ -863,7 +1077,7 @@ impl<K: StatusObject> Engine<K> {
         entry.in_flight = false;
         match outcome {
             Outcome::Fetched(object) => {
-                entry.pace.succeeded();
+                entry.pace.read();
                 if let Some(o) = &object {
                     entry.resource_version = o.resource_version.or(entry.resource_version);
                 }
@@ -909,7 +1123,11 @@ impl<K: StatusObject> Engine<K> {
             }
             Outcome::Failed(class) => {
                 entry.pace.failed(class, &backoff, now);
-                if matches!(action, Action::Create(..)) || class == Class::Conflict {
+                if matches!(action, Action::Create(..)) && class == Class::NotFound {
+                    // The kind (or namespace) is missing: nothing was
+                    // created, and a read would find nothing either.
+                    entry.seen = Seen::Absent;
+                } else if matches!(action, Action::Create(..)) || class == Class::Conflict {
                     // The object may exist (or changed): read it again.
                     entry.seen = Seen::Unknown;
                     entry.acked = None;
@@ -986,6 +1204,7 @@ impl<K: StatusObject> Engine<K> {
                     && !matches!(e.want, Want::Keep(_))
                 {
                     e.want = Want::Delete;
+                    self.recount(&key);
                 }
             }
         }
@@ -998,7 +1217,8 @@ impl<K: StatusObject> Engine<K> {
         };
         // An object adopted for `identity` while this create was in flight
         // waited for it (see `classify`).
-        if let Some(e) = l.bound.get(identity).and_then(|k| self.entries.get_mut(k)) {
+        let waited = l.bound.get(identity).cloned();
+        if let Some(e) = waited.as_ref().and_then(|k| self.entries.get_mut(k)) {
             e.in_flight = false;
         }
         match outcome {
@@ -1007,7 +1227,7 @@ impl<K: StatusObject> Engine<K> {
                 sent,
                 returned,
             } => {
-                let wanted = l.unbound.remove(identity).map(|u| u.desired);
+                let wanted = l.remove_unbound(identity).map(|u| u.desired);
                 let bound_to = l.bound.get(identity).cloned();
                 let entry = self.entries.entry(key.clone()).or_insert_with(Entry::new);
                 entry.resource_version = returned.resource_version.or(entry.resource_version);
@@ -1029,13 +1249,15 @@ impl<K: StatusObject> Engine<K> {
                     (Some(desired), None) => {
                         entry.identity = Some(identity.clone());
                         entry.want = Want::Keep(desired);
-                        l.bound.insert(identity.clone(), key);
+                        l.bound.insert(identity.clone(), key.clone());
                     }
                 }
+                self.gc(&key);
             }
             Outcome::Failed(class) => {
                 if let Some(u) = l.unbound.get_mut(identity) {
                     u.in_flight = false;
+                    l.unbound_failed += usize::from(u.pace.failures == 0);
                     u.pace.failed(class, &backoff, now);
                 }
             }
@@ -1045,6 +1267,9 @@ impl<K: StatusObject> Engine<K> {
                 }
             }
         }
+        if let Some(k) = waited {
+            self.gc(&k);
+        }
     }
 
     fn gc(&mut self, key: &ObjectKey) {
@@ -1053,8 +1278,68 @@ impl<K: StatusObject> Engine<K> {
             && e.seen == Seen::Absent
             && matches!(e.want, Want::Delete | Want::Unset)
         {
-            self.entries.remove(key);
+            self.drop_entry(key);
+        } else {
+            self.recount(key);
         }
+        self.reindex(key);
+    }
+
+    /// Forgets the entry of `key` (and its part of the counts).
+    fn drop_entry(&mut self, key: &ObjectKey) {
+        if let Some(e) = self.entries.remove(key) {
+            self.counts.sub(e.counted);
+        }
+    }
+
+    /// Brings the counts up to date with the entry of `key` (call after
+    /// every change of it): O(1), one comparison of its statuses.
+    fn recount(&mut self, key: &ObjectKey) {
+        let Some(e) = self.entries.get_mut(key) else {
+            return;
+        };
+        let now = Counted {
+            pending: e.in_flight || Self::action_for(e).is_some(),
+            failed: e.pace.failures > 0,
+        };
+        let was = std::mem::replace(&mut e.counted, now);
+        if was != now {
+            self.counts.sub(was);
+            self.counts.add(now);
+        }
+    }
+
+    /// Label-keyed writers: keeps [`Unclaimed`] up to date with the entry
+    /// of `key` (call after every change of its identity, want, status
+    /// seen or labels).
+    fn reindex(&mut self, key: &ObjectKey) {
+        let Some(l) = &mut self.labeled else {
+            return;
+        };
+        match self.entries.get(key) {
+            Some(e)
+                if Self::adoptable(e)
+                    && key.namespace == l.scope.namespace
+                    && let Some(m) = &e.meta
+                    && l.scope.contains(&m.labels) =>
+            {
+                l.unclaimed.insert(key, &m.labels);
+            }
+            _ => l.unclaimed.remove(key),
+        }
+    }
+
+    /// Whether an identity asked for may take this object of its scope: it
+    /// exists, stands for no identity, and is neither wanted by name nor
+    /// being deleted (a delete not sent yet is called off).
+    fn adoptable(e: &Entry<K::Status>) -> bool {
+        e.identity.is_none()
+            && matches!(e.seen, Seen::Present(_))
+            && match e.want {
+                Want::Unset => true,
+                Want::Delete => !e.in_flight,
+                Want::Keep(_) => false,
+            }
     }
 
     fn meta_action(entry: &Entry<K::Status>, d: &Desired<K::Status>) -> Option<MetaWant> {

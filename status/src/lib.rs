@@ -26,14 +26,18 @@
 //!   desired state is never dropped, except by [`StatusWriter::forget_all`]
 //!   (a leader that lost its lease), which deletes nothing;
 //! - every request takes a token of a [`WriteBudget`] (5 QPS, bursts of 10
-//!   by default), which the writers of a process can share;
+//!   by default), which the writers of a process can share, served in turn
+//!   when they wait (one kind cannot starve the others);
+//! - a 404 on a list or a create (a CRD or namespace missing) backs off
+//!   like a transient error, not at once;
 //! - texts over the CRD's lengths are truncated ([`StatusObject::limit`]);
 //! - a server that normalises a written value does not cause rewrites.
 //!
 //! Label-keyed writers ([`StatusWriter::labeled`], the speaker's
 //! `ServiceL2Status`, `ServiceBGPStatus` and `BGPSessionStatus`) identify
 //! objects by labels within a [`LabelScope`] (`metallb.io/node=<node>`):
-//! they list the scope at start and adopt existing objects, create missing
+//! they list the scope at start and adopt existing objects (whether the
+//! caller's desired state comes before the list or after), create missing
 //! ones (one POST with labels and owner, then the status) named
 //! [`StatusObject::name`] when free, else with `generateName`
 //! ([`StatusObject::generate_name`]), ignore observations older than what
@@ -51,6 +55,7 @@
 //! `speaker-<node>`) from the outcome of loading a configuration.
 
 mod api;
+mod budget;
 mod clock;
 pub mod configuration_state;
 mod engine;
@@ -61,6 +66,7 @@ pub mod testing;
 mod writer;
 
 pub use api::{ApiError, Listed, StatusApi};
+pub use budget::WriteBudget;
 pub use clock::{Clock, FakeClock, SystemClock};
 pub use engine::{Action, Engine, Outcome, Seen, SetResult, WriterConfig};
 pub use kube_api::{
@@ -73,7 +79,7 @@ pub use object::{
     Desired, LabelScope, Labels, MAX_CONDITION_MESSAGE, ObjectKey, Observed, StatusObject,
     TRUNCATION_MARKER, is_subset, selector_string, truncate,
 };
-pub use writer::{StatusWriter, WriteBudget};
+pub use writer::StatusWriter;
 
 #[cfg(test)]
 mod tests;

@@ -70,6 +70,7 @@ struct State<S> {
     hang: BTreeSet<ObjectKey>,
     hang_all: bool,
     generated: u64,
+    kind_missing: bool,
 }
 
 /// Objects in memory; requests are recorded, queued errors are returned
@@ -96,6 +97,7 @@ impl<S: Clone> FakeApi<S> {
                 hang: BTreeSet::new(),
                 hang_all: false,
                 generated: 0,
+                kind_missing: false,
             }),
         }
     }
@@ -130,6 +132,16 @@ impl<S: Clone> FakeApi<S> {
     /// Every request from now on never answers.
     pub fn hang_all(&self) {
         self.state().hang_all = true;
+    }
+
+    /// The kind's CRD is missing (`true`) or installed again: answers as
+    /// [`crate::KubeStatusApi`] does when the API server has no such
+    /// resource (404): lists and creates fail with [`Class::NotFound`], a read
+    /// finds nothing, a status or metadata write finds no object, a delete
+    /// has nothing to delete. Stored objects are kept (and served again when
+    /// the kind is back).
+    pub fn set_kind_missing(&self, missing: bool) {
+        self.state().kind_missing = missing;
     }
 
     /// Requests for `key` answer again (those waiting go on).
@@ -201,11 +213,35 @@ impl<S: Clone> FakeApi<S> {
             None => Ok(st),
         }
     }
+
+    /// [`FakeApi::begin`] of a request that needs the kind: a 404 while it
+    /// is missing.
+    async fn begin_kind(&self, call: Call) -> Result<MutexGuard<'_, State<S>>, ApiError> {
+        let st = self.begin(call).await?;
+        if st.kind_missing {
+            return Err(ApiError::new(
+                "fake request",
+                Class::NotFound,
+                Some(404),
+                "the server could not find the requested resource",
+            ));
+        }
+        Ok(st)
+    }
+
+    /// [`FakeApi::begin`] of a request that finds nothing (`None`) while the
+    /// kind is missing.
+    async fn begin_object(&self, call: Call) -> Result<Option<MutexGuard<'_, State<S>>>, ApiError> {
+        let st = self.begin(call).await?;
+        Ok((!st.kind_missing).then_some(st))
+    }
 }
 
 impl<K: StatusObject> StatusApi<K> for FakeApi<K::Status> {
     async fn get(&self, key: &ObjectKey) -> Result<Option<Observed<K::Status>>, ApiError> {
-        let st = self.begin(Call::Get(key.clone())).await?;
+        let Some(st) = self.begin_object(Call::Get(key.clone())).await? else {
+            return Ok(None);
+        };
         Ok(st.objects.get(key).map(FakeObject::observed))
     }
 
@@ -215,7 +251,7 @@ impl<K: StatusObject> StatusApi<K> for FakeApi<K::Status> {
         selector: &Labels,
     ) -> Result<Vec<(ObjectKey, Observed<K::Status>)>, ApiError> {
         let st = self
-            .begin(Call::List(namespace.to_owned(), selector.clone()))
+            .begin_kind(Call::List(namespace.to_owned(), selector.clone()))
             .await?;
         Ok(st
             .objects
@@ -230,7 +266,7 @@ impl<K: StatusObject> StatusApi<K> for FakeApi<K::Status> {
         key: &ObjectKey,
         desired: &Desired<K::Status>,
     ) -> Result<Observed<K::Status>, ApiError> {
-        let mut st = self.begin(Call::Create(key.clone())).await?;
+        let mut st = self.begin_kind(Call::Create(key.clone())).await?;
         let object = FakeObject {
             labels: desired.labels.clone(),
             owner: desired.owner.clone(),
@@ -270,7 +306,9 @@ impl<K: StatusObject> StatusApi<K> for FakeApi<K::Status> {
         key: &ObjectKey,
         status: &K::Status,
     ) -> Result<Option<Observed<K::Status>>, ApiError> {
-        let mut st = self.begin(Call::Apply(key.clone())).await?;
+        let Some(mut st) = self.begin_object(Call::Apply(key.clone())).await? else {
+            return Ok(None);
+        };
         Ok(st.objects.get_mut(key).map(|o| {
             o.status = status.clone();
             o.observed()
@@ -283,7 +321,9 @@ impl<K: StatusObject> StatusApi<K> for FakeApi<K::Status> {
         labels: &Labels,
         owner: Option<&OwnerReference>,
     ) -> Result<Option<Observed<K::Status>>, ApiError> {
-        let mut st = self.begin(Call::ApplyMetadata(key.clone())).await?;
+        let Some(mut st) = self.begin_object(Call::ApplyMetadata(key.clone())).await? else {
+            return Ok(None);
+        };
         Ok(st.objects.get_mut(key).map(|o| {
             o.labels.extend(labels.clone());
             if let Some(owner) = owner {
@@ -294,8 +334,9 @@ impl<K: StatusObject> StatusApi<K> for FakeApi<K::Status> {
     }
 
     async fn delete(&self, key: &ObjectKey) -> Result<(), ApiError> {
-        let mut st = self.begin(Call::Delete(key.clone())).await?;
-        st.objects.remove(key);
+        if let Some(mut st) = self.begin_object(Call::Delete(key.clone())).await? {
+            st.objects.remove(key);
+        }
         Ok(())
     }
 }

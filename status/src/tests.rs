@@ -546,3 +546,6 @@ fn metrics_have_the_documented_names() {
 
 #[path = "tests_defects.rs"]
 mod defects;
+
+#[path = "tests_scale.rs"]
+mod scale;

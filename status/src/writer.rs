@@ -7,59 +7,26 @@ use std::time::Instant;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use kube_edge::{Class, TokenBucket};
+use kube_edge::Class;
 use tokio::sync::Notify;
 
 use crate::api::StatusApi;
+use crate::budget::{Share, WriteBudget};
 use crate::clock::Clock;
 use crate::engine::{Action, Engine, Outcome, Seen, SetResult, WriterConfig};
 use crate::metrics::Metrics;
 use crate::object::{Desired, LabelScope, Labels, ObjectKey, Observed, StatusObject};
-
-/// A request budget shared by the writers of a process (token bucket:
-/// average rate and burst, as client-go's client-side limiter), so a start
-/// with thousands of objects does not flood the API server. Every request
-/// of a writer (read, list, create, apply, delete) takes a token. Cheap to
-/// clone; clones share the budget.
-#[derive(Clone, Debug)]
-pub struct WriteBudget {
-    bucket: Arc<Mutex<TokenBucket>>,
-}
-
-impl WriteBudget {
-    /// `qps` requests per second on average, bursts of `burst`; `qps <= 0`:
-    /// no limit.
-    pub fn new(qps: f64, burst: u32) -> Self {
-        Self {
-            bucket: Arc::new(Mutex::new(TokenBucket::new(qps, burst))),
-        }
-    }
-
-    /// No limit.
-    pub fn unlimited() -> Self {
-        Self::new(0.0, 1)
-    }
-
-    fn lock(&self) -> MutexGuard<'_, TokenBucket> {
-        self.bucket.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl Default for WriteBudget {
-    /// client-go's default: 5 requests per second, bursts of 10.
-    fn default() -> Self {
-        Self {
-            bucket: Arc::new(Mutex::new(TokenBucket::default())),
-        }
-    }
-}
 
 struct Shared<K: StatusObject> {
     engine: Mutex<Engine<K>>,
     notify: Notify,
     clock: Arc<dyn Clock>,
     metrics: Metrics,
-    budget: WriteBudget,
+    budget: Share,
+    /// Turns of [`StatusWriter::run`]'s loop (tests: a writer waiting for
+    /// its turn of the budget must sleep, not spin).
+    #[cfg(test)]
+    turns: std::sync::atomic::AtomicU64,
 }
 
 /// The status writer of one kind. Cheap to clone; every method but
@@ -122,7 +89,9 @@ impl<K: StatusObject> StatusWriter<K> {
                 notify: Notify::new(),
                 clock,
                 metrics,
-                budget,
+                budget: budget.share(),
+                #[cfg(test)]
+                turns: std::sync::atomic::AtomicU64::new(0),
             }),
         }
     }
@@ -261,7 +230,8 @@ impl<K: StatusObject> StatusWriter<K> {
     /// `ServiceL2Status`: `metallb.io/service-name`,
     /// `metallb.io/service-namespace`) to be `desired`. The existing object
     /// with these labels is adopted (found by a list of the scope at start,
-    /// or by [`StatusWriter::observe_object`]); one is created with the
+    /// or by [`StatusWriter::observe_object`], before or after this call:
+    /// one that matches costs no write); one is created with the
     /// kind's `generateName` when none exists. Never blocks.
     ///
     /// # Panics
@@ -302,6 +272,12 @@ impl<K: StatusObject> StatusWriter<K> {
         self.engine().labeled_key(identity).cloned()
     }
 
+    /// Turns of the `run` loop so far.
+    #[cfg(test)]
+    pub(crate) fn turns(&self) -> u64 {
+        self.shared.turns.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Objects not yet as the caller wants them on the server.
     pub fn pending(&self) -> usize {
         self.engine().pending()
@@ -320,14 +296,14 @@ impl<K: StatusObject> StatusWriter<K> {
         if next > now {
             return Some(next);
         }
-        Some(self.shared.budget.lock().next_available(now))
+        Some(self.shared.budget.next_available(now))
     }
 
     fn poll(&self, max: usize) -> (Vec<Action<K::Status>>, u64) {
         let mut engine = self.engine();
         let now = self.shared.clock.now();
-        let mut budget = self.shared.budget.lock();
-        (engine.poll_within(now, &mut budget, max), engine.epoch())
+        let mut turn = self.shared.budget.turn(now);
+        (engine.poll_with(now, max, || turn.take()), engine.epoch())
     }
 
     fn record(&self, action: &Action<K::Status>, outcome: Outcome<K::Status>, epoch: u64) {
@@ -536,6 +512,10 @@ impl<K: StatusObject> StatusWriter<K> {
         let mut in_flight = FuturesUnordered::new();
         let mut epoch = self.engine().epoch();
         loop {
+            #[cfg(test)]
+            self.shared
+                .turns
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             {
                 let mut engine = self.engine();
                 if engine.epoch() != epoch {
