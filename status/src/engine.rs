@@ -90,9 +90,9 @@ impl Pace {
         *self = Pace::default();
     }
 
-    /// A read succeeded: the next attempt is due at once, but the failures
-    /// in a row are kept (a read writes nothing: a create or a write that
-    /// keeps failing around successful reads backs off further).
+    /// A read succeeded and a write is still due: it is due at once, but
+    /// the failures in a row are kept (a read writes nothing: a create or a
+    /// write that keeps failing around successful reads backs off further).
     fn read(&mut self) {
         self.retry_at = None;
     }
@@ -1077,7 +1077,6 @@ impl<K: StatusObject> Engine<K> {
         entry.in_flight = false;
         match outcome {
             Outcome::Fetched(object) => {
-                entry.pace.read();
                 if let Some(o) = &object {
                     entry.resource_version = o.resource_version.or(entry.resource_version);
                 }
@@ -1086,6 +1085,12 @@ impl<K: StatusObject> Engine<K> {
                     labels: o.labels,
                     owners: o.owners,
                 });
+                if Self::action_for(entry).is_some() {
+                    entry.pace.read();
+                } else {
+                    // Nothing to write: the object is as wanted.
+                    entry.pace.succeeded();
+                }
             }
             Outcome::Written { sent, returned } => {
                 entry.pace.succeeded();

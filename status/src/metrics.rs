@@ -7,7 +7,7 @@
 //! | `metallb_rs_status_skips_total` | `kind` | desired statuses handed in that needed no write (the server was known to have them already) |
 //! | `metallb_rs_status_coalesced_total` | `kind` | desired statuses that replaced one not written yet |
 //! | `metallb_rs_status_pending` (gauge) | `kind` | objects not yet as wanted on the server |
-//! | `metallb_rs_status_failed` (gauge) | `kind` | objects whose last request failed (retried with backoff) |
+//! | `metallb_rs_status_failed` (gauge) | `kind` | objects (and identities without an object, and a writer's list) whose last request failed, or that still wait for a write after failures (retried with backoff) |
 
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 

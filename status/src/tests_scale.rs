@@ -650,3 +650,25 @@ async fn the_daemons_writers_in_their_loops_with_a_missing_crd() {
     let turns = sessions.turns() + l2w.turns() + bgpw.turns();
     assert!(turns < 6_000, "{turns} turns of the writers' loops");
 }
+
+/// A read that failed, then one that finds the object as wanted: nothing
+/// more to do, and nothing counted as failed (a read keeps the failures in
+/// a row only while a write is still due).
+#[tokio::test]
+async fn a_failed_read_then_a_good_one_leaves_nothing_failed() {
+    let h = Harness::<ServiceBGPStatus>::new();
+    h.api.insert(key("a"), super::bgp(&["r1"]));
+    h.writer
+        .set_desired(key("a"), Desired::new(super::bgp(&["r1"])));
+    h.api.fail_next(1, "etcdserver: leader changed");
+    h.settle().await;
+    assert_eq!(h.writer.failed(), 1);
+    h.advance(500);
+    h.settle().await;
+    assert_eq!(h.api.calls(), [Call::Get(key("a")), Call::Get(key("a"))]);
+    assert_eq!((h.writer.pending(), h.writer.failed()), (0, 0));
+    assert_eq!(
+        h.counter("metallb_rs_status_failed", &[("kind", "ServiceBGPStatus")]),
+        0
+    );
+}
