@@ -11,6 +11,10 @@ use prometheus::Registry;
 
 const SECRET: &[u8] = b"bG9vcGJhY2stdGVzdC1zZWNyZXQ";
 
+/// The tests of this file run one at a time: their timings (detection, the
+/// flood's effect) must not depend on the others' load on a 2-core machine.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn start(name: &str, seeds: Vec<SocketAddr>, registry: Option<&Registry>) -> Membership {
     let mut cfg = Config::new(name, "127.0.0.1:0".parse().unwrap(), 1);
     cfg.cluster_size = 3;
@@ -44,7 +48,16 @@ async fn next_event(
 }
 
 async fn cluster(registry: Option<&Registry>) -> (Membership, Membership, Membership) {
-    let a = start("node-a", vec![], None).await;
+    cluster_with(None, registry).await
+}
+
+/// Three members; `a` and `b` register their metrics on the registries given.
+async fn cluster_with(
+    registry_a: Option<&Registry>,
+    registry_b: Option<&Registry>,
+) -> (Membership, Membership, Membership) {
+    let registry = registry_b;
+    let a = start("node-a", vec![], registry_a).await;
     let seeds = vec![a.local_addr()];
     let b = start("node-b", seeds.clone(), registry).await;
     let c = start("node-c", seeds, None).await;
@@ -62,6 +75,7 @@ async fn cluster(registry: Option<&Registry>) -> (Membership, Membership, Member
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_kill_is_detected_by_the_watcher() {
+    let _serial = SERIAL.lock().await;
     let (a, mut b, c) = cluster(None).await;
     b.watch_owners(BTreeSet::from(["node-a".to_string()]));
     assert!(
@@ -105,6 +119,7 @@ async fn silent_kill_is_detected_by_the_watcher() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_leave_is_seen_at_once() {
+    let _serial = SERIAL.lock().await;
     let (a, b, c) = cluster(None).await;
     let left = Instant::now();
     c.leave(Duration::from_secs(1)).await;
@@ -122,6 +137,7 @@ async fn graceful_leave_is_seen_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_exposition_names() {
+    let _serial = SERIAL.lock().await;
     let registry = Registry::new();
     let (_a, b, _c) = cluster(Some(&registry)).await;
     b.watch_owners(BTreeSet::from(["node-a".to_string()]));
@@ -184,16 +200,35 @@ async fn metrics_exposition_names() {
     }
 }
 
+/// Datagrams of every kind `registry`'s member has sent so far.
+fn datagrams_sent(registry: &Registry) -> u64 {
+    registry
+        .gather()
+        .iter()
+        .filter(|f| f.name() == "metallb_rs_membership_packets_sent_total")
+        .flat_map(|f| f.get_metric().iter())
+        .map(|m| m.get_counter().get_value() as u64)
+        .sum()
+}
+
 /// A flood of junk datagrams on a member's port (bounded: at most 3 s and
 /// 20 M datagrams, loopback only) must not stop its timers: the owner keeps
-/// sending heartbeats (its watcher declares nothing down) and a flooded
-/// watcher still detects a killed owner.
+/// sending (counted at the owner over 2 s of flood, every kind: heartbeats
+/// 100 ms apart while the session is up, 1 s apart once the flood's kernel
+/// drops took it down, SWIM probes and gossip; the old loop, socket first,
+/// sent 5 with the SWIM timers it still ran; 18-33 now), and a flooded
+/// watcher still detects a killed owner. Whether the watcher also sees the
+/// owner's session stay up is not asserted: the flood fills the owner's
+/// kernel buffer, which drops the watcher's heartbeats to it too, more or
+/// less often with the load of the machine (CI saw a loss after 2.2 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_udp_flood_does_not_stop_the_timers() {
+    let _serial = SERIAL.lock().await;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-    let (a, mut b, c) = cluster(None).await;
+    let registry_a = Registry::new();
+    let (a, mut b, c) = cluster_with(Some(&registry_a), None).await;
     b.watch_owners(BTreeSet::from(["node-a".to_string()]));
     assert!(
         next_event(&mut b, Duration::from_secs(10), |e| {
@@ -236,9 +271,14 @@ async fn a_udp_flood_does_not_stop_the_timers() {
 
     let started = Instant::now();
     let (stop, sent, threads) = flood_for(a.local_addr());
-    // a starved owner still acks the helpers' pings (they arrive on the
-    // socket): the watcher would see a path fault, not an owner down
-    let lost = next_event(&mut b, Duration::from_millis(2500), |e| {
+    // Counted over two seconds from 100 ms into the flood (the flood's kernel
+    // drops may take the session down, which slows it to one a second).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = datagrams_sent(&registry_a);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let during = datagrams_sent(&registry_a) - before;
+    // What the watcher saw, for the log only (see above).
+    let lost = next_event(&mut b, Duration::from_millis(100), |e| {
         matches!(e, Event::OwnerDown { .. } | Event::PathFault { .. })
     })
     .await;
@@ -251,7 +291,11 @@ async fn a_udp_flood_does_not_stop_the_timers() {
         sent.load(Ordering::Relaxed),
         started.elapsed()
     );
-    assert_eq!(lost, None, "the flooded owner kept its heartbeats");
+    println!("flooded owner: {during} datagrams sent in 2 s of flood; watcher saw {lost:?}");
+    assert!(
+        during >= 10,
+        "the flooded owner sent {during} datagrams in 2 s: its timers starved"
+    );
 
     // Flood the watcher and kill the owner: its detection still runs (the
     // flood may also make the kernel drop the owner's heartbeats at the
