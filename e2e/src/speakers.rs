@@ -394,6 +394,20 @@ impl SpeakerLab {
         (1..=self.opts.nodes).map(plan::node_name).collect()
     }
 
+    /// The MACs (deduplicated) of every ARP reply for `ip` the client receives within
+    /// 1 s: two answering nodes show as two MACs.
+    pub fn l2_answers(&self, ip: Ipv4Addr) -> Result<Vec<String>> {
+        let iface = self.net.net.l2_iface("client").to_owned();
+        let mut macs = self
+            .net
+            .net
+            .client()
+            .arp_replies(&iface, Some(plan::CLIENT_V4), ip, 1)?;
+        macs.sort();
+        macs.dedup();
+        Ok(macs)
+    }
+
     /// Node `n`'s speaker (panics when it is not running).
     pub fn speaker(&self, n: usize) -> &NodeSpeaker {
         self.speakers[n - 1]

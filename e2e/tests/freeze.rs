@@ -393,19 +393,6 @@ async fn a_frozen_api_server_withdraws_nothing_and_speakers_follow_once_it_is_ba
 const L2_OWNER: usize = 2;
 const L2_NEXT: usize = 1;
 
-/// The MACs of every ARP reply the client gets for `ip` within 1 s, deduplicated.
-fn l2_answers(sl: &e2e::speakers::SpeakerLab, ip: std::net::Ipv4Addr) -> Result<Vec<String>> {
-    let iface = sl.net.net.l2_iface("client").to_owned();
-    let mut macs =
-        sl.net
-            .net
-            .client()
-            .arp_replies(&iface, Some(testkit::plan::CLIENT_V4), ip, 1)?;
-    macs.sort();
-    macs.dedup();
-    Ok(macs)
-}
-
 /// Issue 24, item 1: with the API server frozen, the owner of a layer-2 address is
 /// killed and restarted at once. The restarted process cannot list anything, so it must
 /// not become a candidate: its successor keeps answering for the whole outage (before,
@@ -480,7 +467,7 @@ async fn api_away_scenario(sl: &mut e2e::speakers::SpeakerLab, pid: u32) -> Resu
     let took = at.elapsed();
     let mut samples = Vec::new();
     while at.elapsed() < Duration::from_secs(25) {
-        let a = l2_answers(sl, ip)?;
+        let a = sl.l2_answers(ip)?;
         samples.push((at.elapsed(), a.clone()));
         ensure!(
             a == [next_mac.clone()],
@@ -515,7 +502,7 @@ async fn wait_answered(
     timeout: Duration,
 ) -> Result<()> {
     wait_until(&format!("only {want} answers {ip}"), timeout, || async {
-        let a = l2_answers(sl, ip).map_err(|e| format!("{e:#}"))?;
+        let a = sl.l2_answers(ip).map_err(|e| format!("{e:#}"))?;
         if a == [want.to_owned()] {
             Ok(())
         } else {

@@ -40,12 +40,7 @@ pub(crate) fn node_macs(sl: &SpeakerLab) -> Result<BTreeMap<String, String>> {
 /// The MACs of every ARP reply for `ip` that the client receives within 1 s (one
 /// per reply, so two answering nodes show as two MACs).
 pub(crate) fn arp_answers(sl: &SpeakerLab, ip: &str) -> Result<Vec<String>> {
-    let client = sl.net.net.client();
-    let iface = sl.net.net.l2_iface("client").to_owned();
-    let mut macs = client.arp_replies(&iface, Some(plan::CLIENT_V4), ip.parse()?, 1)?;
-    macs.sort();
-    macs.dedup();
-    Ok(macs)
+    sl.l2_answers(ip.parse()?)
 }
 
 /// The client's neighbour entry for `ip`: (MAC, state), if any.
