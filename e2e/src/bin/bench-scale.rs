@@ -36,13 +36,16 @@ use testkit::process::Signal;
 use testkit::{LabOptions, NsChild};
 
 const USAGE: &str = "\
-usage: bench-scale [--impl ours|metallb|both] [--nodes N] [--services N] [--slices N]
+usage: bench-scale [--impl ours|metallb|both|none] [--keep] [--reuse] [--nodes N] [--services N] [--slices N]
                    [--bgp-status N] [--concurrency N] [--rest S] [--alloc-timeout S]
                    [--pass-timeout S] [--ours-bin DIR]
                    [--metallb-bin DIR] [--out FILE]
 
 Issue 25's scale harness against the lab (lab/cluster up, root, the test kit's tools):
-  --impl         which to run (default both: ours, then MetalLB v0.15.2)
+  --impl         which to run (default both: ours, then MetalLB v0.15.2; none: only
+                 generate and measure etcd)
+  --keep         keep the generated objects (namespace bench-scale-svc, the Nodes)
+  --reuse        use the objects a --keep run left (same sizes), generate nothing
   --nodes N      generated Nodes (default 5000)
   --services N   LoadBalancer Services (default 10000)
   --slices N     EndpointSlices per Service (default 3: 30,000 for 10,000 Services)
@@ -88,6 +91,8 @@ struct Opts {
     bgp_status: usize,
     concurrency: usize,
     rest: u64,
+    keep: bool,
+    reuse: bool,
     alloc_timeout: u64,
     pass_timeout: u64,
     ours_bin: PathBuf,
@@ -105,6 +110,8 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
         bgp_status: 100_000,
         concurrency: 32,
         rest: 60,
+        keep: false,
+        reuse: false,
         alloc_timeout: 600,
         pass_timeout: 600,
         ours_bin: PathBuf::new(),
@@ -120,7 +127,8 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
                     "ours" => vec![Kind::Ours],
                     "metallb" => vec![Kind::Metallb],
                     "both" => vec![Kind::Ours, Kind::Metallb],
-                    v => bail!("--impl {v}: ours, metallb or both"),
+                    "none" => vec![],
+                    v => bail!("--impl {v}: ours, metallb, both or none"),
                 }
             }
             "--nodes" => o.nodes = val()?.parse()?,
@@ -129,6 +137,8 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
             "--bgp-status" => o.bgp_status = val()?.parse()?,
             "--concurrency" => o.concurrency = val()?.parse()?,
             "--rest" => o.rest = val()?.parse()?,
+            "--keep" => o.keep = true,
+            "--reuse" => o.reuse = true,
             "--alloc-timeout" => o.alloc_timeout = val()?.parse()?,
             "--pass-timeout" => o.pass_timeout = val()?.parse()?,
             "--ours-bin" => ours_bin = Some(PathBuf::from(val()?)),
@@ -394,7 +404,16 @@ impl Objects<'_> {
         let t = Instant::now();
         let nodes = Api::<Node>::all(self.lab.client.clone());
         let n = self.opts.nodes;
-        {
+        // Nodes a failed run left are kept (all of them there: nothing to do).
+        let have = nodes
+            .list_metadata(
+                &ListParams::default().labels("bench-scale.metallb-rs.io/generated=true"),
+            )
+            .await?
+            .items
+            .len();
+        fig.insert("nodes_existing".into(), json!(have));
+        if have != n {
             let nodes = nodes.clone();
             bounded(n, conc, move |i| {
                 let nodes = nodes.clone();
@@ -402,7 +421,7 @@ impl Objects<'_> {
                     let node = node_object(i)?;
                     match nodes.create(&PostParams::default(), &node).await {
                         Ok(_) => {}
-                        Err(kube::Error::Api(e)) if e.code == 409 => {}
+                        Err(kube::Error::Api(e)) if e.code == 409 => return Ok(()),
                         Err(e) => return Err(e.into()),
                     }
                     // A Node's status is kept on create, but write it as the kubelet does
@@ -454,6 +473,8 @@ impl Objects<'_> {
                                      "annotations": {"bench-scale.metallb-rs.io/owner": format!("team-{}", i % 7)}},
                         // No selector: the harness writes the EndpointSlices.
                         "spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Cluster",
+                                 // The NodePort range holds 2,768.
+                                 "allocateLoadBalancerNodePorts": false,
                                  "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]},
                     }))?;
                     match svcs.create(&PostParams::default(), &svc).await {
@@ -633,16 +654,29 @@ async fn bench_all(lab: &Lab, opts: &Opts) -> Result<Value> {
                "endpointslices": opts.services * opts.slices, "bgp_status": opts.bgp_status}),
     );
     let suffix = e2e::unique_suffix();
-    let svc_ns = format!("bench-scale-svc-{suffix}");
+    let svc_ns = "bench-scale-svc".to_string();
     let etcd_ns = format!("bench-scale-etcd-{suffix}");
     let nsapi = Api::<Namespace>::all(lab.client.clone());
     for ns in [&svc_ns, &etcd_ns] {
-        nsapi
+        if opts.reuse && *ns == svc_ns {
+            ensure!(
+                nsapi.get_opt(ns).await?.is_some(),
+                "--reuse: no namespace {ns} (run with --keep first)"
+            );
+            continue;
+        }
+        // A run that failed left the generated objects: they are reused (409s).
+        match nsapi
             .create(
                 &PostParams::default(),
                 &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
             )
-            .await?;
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e).with_context(|| format!("creating namespace {ns}")),
+        }
     }
     let cidrs = Api::<ServiceCIDR>::all(lab.client.clone());
     if cidrs.get_opt(SERVICE_CIDR).await?.is_none() {
@@ -663,8 +697,26 @@ async fn bench_all(lab: &Lab, opts: &Opts) -> Result<Value> {
         opts,
         svc_ns: svc_ns.clone(),
     };
+    if opts.reuse {
+        let svcs = Api::<Service>::namespaced(lab.client.clone(), &svc_ns)
+            .list_metadata(&ListParams::default())
+            .await?
+            .items
+            .len();
+        ensure!(
+            svcs == opts.services,
+            "--reuse: {svcs} Services in {svc_ns}, not --services {}",
+            opts.services
+        );
+        // Addresses a previous run left.
+        objects.release_all().await?;
+    }
     let e0 = etcd_db_size().await?;
-    let gen_fig = objects.generate().await?;
+    let gen_fig = if opts.reuse {
+        json!({"reused": true})
+    } else {
+        objects.generate().await?
+    };
     tokio::time::sleep(Duration::from_secs(2)).await;
     let e1 = etcd_db_size().await?;
     let mut gen_fig = gen_fig;
@@ -693,8 +745,15 @@ async fn bench_all(lab: &Lab, opts: &Opts) -> Result<Value> {
         eprintln!("bench-scale: {} {f}", kind.name());
         figs.insert(kind.name().into(), f);
     }
-    for ns in [&svc_ns, &etcd_ns] {
-        let _ = nsapi.delete(ns, &DeleteParams::default()).await;
+    let _ = nsapi.delete(&etcd_ns, &DeleteParams::default()).await;
+    if !opts.keep {
+        let _ = nsapi.delete(&svc_ns, &DeleteParams::default()).await;
+        let _ = Api::<Node>::all(lab.client.clone())
+            .delete_collection(
+                &DeleteParams::default(),
+                &ListParams::default().labels("bench-scale.metallb-rs.io/generated=true"),
+            )
+            .await;
     }
     Ok(Value::Object(figs))
 }
