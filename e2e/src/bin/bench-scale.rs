@@ -289,9 +289,8 @@ async fn etcd_db_size() -> Result<(u64, u64)> {
     ))
 }
 
-/// RSS, peak RSS (kB) and CPU seconds (user + system) of a process (and a 0 kept for
-/// the callers' tuples).
-fn proc_stats(pid: u32) -> Result<(u64, u64, f64, u64)> {
+/// RSS, peak RSS (kB) and CPU seconds (user + system) of a process.
+fn proc_stats(pid: u32) -> Result<(u64, u64, f64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let kb = |key: &str| {
         status
@@ -306,7 +305,7 @@ fn proc_stats(pid: u32) -> Result<(u64, u64, f64, u64)> {
     let f: Vec<&str> = after.split_whitespace().collect();
     let ticks: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
         + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
-    Ok((kb("VmRSS:"), kb("VmHWM:"), ticks as f64 / 100.0, 0))
+    Ok((kb("VmRSS:"), kb("VmHWM:"), ticks as f64 / 100.0))
 }
 
 /// Bytes through the loopback of a namespace (the API relay's client side: a process's
@@ -775,7 +774,7 @@ async fn first_pass(
     let mut cpu_at_quiet = 0.0;
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let (rss, hwm, cpu, _) = proc_stats(pid).context("the process exited")?;
+        let (rss, hwm, cpu) = proc_stats(pid).context("the process exited")?;
         peak = peak.max(hwm).max(rss);
         if cpu - last_cpu > 0.004 {
             last_busy = Instant::now();
@@ -978,7 +977,7 @@ async fn bench_impl_in(
     let mut allocated;
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let (rss, hwm, _, _) = proc_stats(cpid).context("the controller exited")?;
+        let (rss, hwm, _) = proc_stats(cpid).context("the controller exited")?;
         peak = peak.max(hwm).max(rss);
         allocated = objects.allocated().await?;
         if allocated >= want || t0.elapsed() > Duration::from_secs(opts.alloc_timeout) {
@@ -986,7 +985,7 @@ async fn bench_impl_in(
         }
     }
     let alloc_s = t0.elapsed().as_secs_f64();
-    let (rss, hwm, cpu, _) = proc_stats(cpid)?;
+    let (rss, hwm, cpu) = proc_stats(cpid)?;
     let clo = lo_bytes(net.net.client())? - clo0;
     let writes = audit
         .count(Some(mark), &AuditFilter::user(cuser.clone()))
@@ -1070,7 +1069,7 @@ async fn bench_impl_in(
         || kind == Kind::Ours && readyz(ns),
     )
     .await?;
-    let (rss_pass, _, _, _) = proc_stats(spid)?;
+    let (rss_pass, _, _) = proc_stats(spid)?;
     let slo_pass = lo_bytes(ns)? - slo0;
     let pass_writes = audit
         .count(Some(mark), &AuditFilter::user(suser.clone()))
@@ -1079,7 +1078,7 @@ async fn bench_impl_in(
     let mark = audit.mark().await?;
     let cpu_rest0 = proc_stats(spid)?.2;
     tokio::time::sleep(Duration::from_secs(opts.rest)).await;
-    let (rss_settled, hwm, cpu_end, _) = proc_stats(spid)?;
+    let (rss_settled, hwm, cpu_end) = proc_stats(spid)?;
     let slo_end = lo_bytes(ns)? - slo0;
     let rest_writes = audit
         .count(Some(mark), &AuditFilter::user(suser.clone()))
@@ -1097,7 +1096,7 @@ async fn bench_impl_in(
                "rest_s": opts.rest, "cpu_at_rest_s": cpu_end - cpu_rest0,
                "writes_at_rest": writes_json(&rest_writes)}),
     );
-    let (crss, chwm, ccpu, _) = proc_stats(cpid)?;
+    let (crss, chwm, ccpu) = proc_stats(cpid)?;
     fig["controller"]["cpu_end_s"] = json!(ccpu);
     fig["controller"]["settled_rss_kb"] = json!(crss);
     fig["controller"]["peak_rss_end_kb"] = json!(chwm);
