@@ -181,7 +181,9 @@ pub struct Counters {
     /// address) or not answered (answered that source less than a second
     /// ago).
     pub sync_refused: u64,
-    /// Fast-path messages from a name that is not a live member.
+    /// Fast-path messages from a name that is not a live member, pings
+    /// meant for another process of this node (before a restart), and acks
+    /// from another process than the one a relayed probe asked about.
     pub unknown_sender: u64,
     /// Heartbeat losses that no helper answered for, neither reached nor
     /// not: this node is taken to be the one cut off, nothing moves.

@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use e2e::bench::Impl as Kind;
 use e2e::{Audit, AuditFilter, Lab, NodeNetwork};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service, ServiceAccount};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -68,21 +69,6 @@ const SERVICE_CIDR_RANGE: &str = "198.19.0.0/17";
 const PEERS: [&str; 4] = ["192.0.2.201", "192.0.2.202", "192.0.2.203", "192.0.2.204"];
 const SPEAKER_NODE: usize = 1;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Ours,
-    Metallb,
-}
-
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Ours => "ours",
-            Kind::Metallb => "metallb",
-        }
-    }
-}
-
 struct Opts {
     kinds: Vec<Kind>,
     nodes: usize,
@@ -123,13 +109,7 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
         let mut val = || args.next().with_context(|| format!("{a} needs a value"));
         match a.as_str() {
             "--impl" => {
-                o.kinds = match val()?.as_str() {
-                    "ours" => vec![Kind::Ours],
-                    "metallb" => vec![Kind::Metallb],
-                    "both" => vec![Kind::Ours, Kind::Metallb],
-                    "none" => vec![],
-                    v => bail!("--impl {v}: ours, metallb, both or none"),
-                }
+                o.kinds = Kind::parse_list(&val()?, true)?;
             }
             "--nodes" => o.nodes = val()?.parse()?,
             "--services" => o.services = val()?.parse()?,
@@ -163,19 +143,8 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
     ensure!(o.rest <= 600, "--rest at most 600 s");
     ensure!(o.alloc_timeout <= 1800, "--alloc-timeout at most 1800 s");
     ensure!(o.pass_timeout <= 1800, "--pass-timeout at most 1800 s");
-    o.ours_bin = ours_bin.unwrap_or_else(|| match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(t) => PathBuf::from(t).join("release"),
-        None => repo.join("target/release"),
-    });
-    o.metallb_bin = match metallb_bin {
-        Some(d) => d,
-        None => {
-            let out = std::process::Command::new(repo.join("lab/build-metallb"))
-                .arg("bindir")
-                .output()?;
-            PathBuf::from(String::from_utf8(out.stdout)?.trim())
-        }
-    };
+    o.ours_bin = e2e::bench::ours_bin_dir(repo, ours_bin);
+    o.metallb_bin = e2e::bench::metallb_bin_dir(repo, metallb_bin)?;
     Ok(o)
 }
 
