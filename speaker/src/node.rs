@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::bgp_speaker::{BfdOps, BgpSpeaker, Closing, SessionFactory};
+use crate::bgp_status::Summary;
 use crate::config_state::{ConfigTracker, Loaded};
 use crate::decide::NodeFacts;
 use crate::decide::bgp::{self, Options, Reason};
@@ -86,6 +87,8 @@ pub struct NodeSpeaker<F: SessionFactory, B: BfdOps, L: L2Ops = NoL2> {
     /// The latest configuration was refused: a Service announced from here has an
     /// address in none of its pools.
     refused: bool,
+    /// What a NodeBGPStatus of this node says (`--service-bgp-status=summary`).
+    summary: Summary,
 }
 
 /// The decision for one Service.
@@ -130,6 +133,7 @@ impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B, NoL2> {
             succeeds: BTreeMap::new(),
             effects: Effects::default(),
             refused: false,
+            summary: Summary::default(),
         }
     }
 
@@ -148,6 +152,7 @@ impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B, NoL2> {
             succeeds: self.succeeds,
             effects: self.effects,
             refused: self.refused,
+            summary: self.summary,
         }
     }
 }
@@ -324,6 +329,12 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
             Err(_) => (None, None),
         };
         self.bgp.set_service(key, routes);
+        self.summary.service(
+            key,
+            svc,
+            &decision,
+            now.as_ref().map(|n| n.peers.as_slice()).unwrap_or_default(),
+        );
         let before = self.announced.get(key).cloned();
         let changed = before != now;
         if changed {
@@ -376,6 +387,24 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
         let mut keys: BTreeSet<&str> = self.announced.keys().map(String::as_str).collect();
         keys.extend(self.l2.announced());
         keys.into_iter()
+    }
+
+    /// The NodeBGPStatus status of this node (`--service-bgp-status=summary`):
+    /// its sessions' peers and the Services it reports one by one.
+    pub fn bgp_summary(&self) -> config::api::v1beta1::NodeBGPStatusStatus {
+        let node = self
+            .facts
+            .as_ref()
+            .map(|f| f.name.clone())
+            .unwrap_or_default();
+        let peers: Vec<String> = self.bgp.peers().map(str::to_owned).collect();
+        self.summary.status(&node, &peers)
+    }
+
+    /// Lists at most `max` Services in [`NodeSpeaker::bgp_summary`] (before
+    /// any Service is decided).
+    pub fn set_summary_cap(&mut self, max: usize) {
+        self.summary = Summary::new(max);
     }
 
     /// Sends the sessions their changed routes.
