@@ -385,6 +385,20 @@ impl BgpStatusOutput {
     }
 }
 
+/// The ownerReference of a node's status objects: its Node (cluster-scoped, so a
+/// namespaced dependent may name it), without `blockOwnerDeletion` (which would
+/// need a permission on the Node's finalizers). A speaker restart changes no
+/// owner; the Node's deletion garbage-collects them. `None` without a uid.
+pub fn node_owner(node: &k8s_openapi::api::core::v1::Node) -> Option<OwnerReference> {
+    Some(OwnerReference {
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        name: node.metadata.name.clone()?,
+        uid: node.metadata.uid.clone()?,
+        ..OwnerReference::default()
+    })
+}
+
 fn service_identity(ns: &str, name: &str) -> Labels {
     Labels::from([
         (LABEL_SERVICE_NAME.to_owned(), name.to_owned()),

@@ -63,7 +63,8 @@ struct Args {
     /// The node this speaker runs on (required).
     #[arg(long, env = "METALLB_NODE_NAME", default_value = "")]
     node_name: String,
-    /// The speaker's Pod: owner of its status objects.
+    /// The speaker's Pod: owner of its ConfigurationState (the per-node status objects
+    /// belong to its Node).
     #[arg(long, env = "METALLB_POD_NAME", default_value = "")]
     pod_name: String,
     /// The uid of `--pod-name` (so that no Pod read is needed).
@@ -606,6 +607,14 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
                         tracing::warn!(node, "its Node object does not exist (yet): waiting");
                     }
                     Some(me) => {
+                        // The per-node status objects belong to the Node: a restart
+                        // changes no owner, the Node's deletion collects them.
+                        if let Some(o) = speaker::bgp_status::node_owner(&me)
+                            && out.owner.as_ref() != Some(&o)
+                        {
+                            out.owner = Some(o.clone());
+                            out.bgp_status.set_owner(Some(o));
+                        }
                         let parsed = speaker::node_config::for_node(view.resources(), &me)
                             .and_then(|r| config::parse(&r).map_err(|e| e.to_string()));
                         let outcome = speaker.load(parsed, NodeFacts::of(&me));

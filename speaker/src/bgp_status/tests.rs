@@ -374,3 +374,42 @@ async fn a_mode_change_cleans_the_other_modes_objects() {
         Some(NODE.to_owned())
     );
 }
+
+#[test]
+fn the_owner_is_the_node_without_blocking() {
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "n1", "uid": "u-1" },
+    }))
+    .unwrap();
+    let o = node_owner(&node).unwrap();
+    assert_eq!((o.api_version.as_str(), o.kind.as_str()), ("v1", "Node"));
+    assert_eq!((o.name.as_str(), o.uid.as_str()), ("n1", "u-1"));
+    assert_eq!(o.block_owner_deletion, None);
+    assert_eq!(o.controller, None);
+    let no_uid: k8s_openapi::api::core::v1::Node =
+        serde_json::from_value(serde_json::json!({ "metadata": { "name": "n1" } })).unwrap();
+    assert!(node_owner(&no_uid).is_none());
+}
+
+#[tokio::test]
+async fn a_new_owner_is_set_on_the_summary() {
+    let mut r = rig(Mode::Summary, 10);
+    r.out.apply(BTreeMap::new(), summary_of(0));
+    r.out.initial_sync_done();
+    r.settle().await;
+    let node = OwnerReference {
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        name: NODE.into(),
+        uid: "u-1".into(),
+        ..Default::default()
+    };
+    r.out.set_owner(Some(node.clone()));
+    r.out.apply(BTreeMap::new(), summary_of(0));
+    r.clock.advance(SUMMARY_MIN_WRITE_INTERVAL * 2);
+    r.settle().await;
+    assert_eq!(
+        r.node_api.object(&ObjectKey::new(NS, NODE)).unwrap().owner,
+        Some(node)
+    );
+}
