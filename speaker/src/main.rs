@@ -147,6 +147,11 @@ struct Args {
     /// the summary (logged, and said in its ConfigurationState) instead of filling etcd.
     #[arg(long, env = "METALLB_SERVICE_BGP_STATUS_MAX_PER_NODE", default_value_t = speaker::bgp_status::DEFAULT_MAX_PER_NODE)]
     service_bgp_status_max_per_node: usize,
+    /// BGP `nodeAssigned` events: `one` per Service transition (the first announcing
+    /// node in sha256(node#ip) order; none for Services announced before a restart),
+    /// or `every` announcing node, also after a restart (MetalLB).
+    #[arg(long, value_enum, default_value_t = speaker::node::AssignedEvents::One)]
+    bgp_node_assigned_events: speaker::node::AssignedEvents,
     /// summary: the most Services a NodeBGPStatus lists one by one (then cut, flagged).
     #[arg(long, default_value_t = speaker::bgp_status::DEFAULT_MAX_EXCEPTIONS)]
     node_bgp_status_max_services: usize,
@@ -507,6 +512,7 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
     )
     .with_l2(EdgeL2::new());
     speaker.set_summary_cap(args.node_bgp_status_max_services);
+    speaker.set_assigned_events(args.bgp_node_assigned_events);
     let mut l2_driver: Option<tokio::task::JoinHandle<Result<(), arp_ndp::linux::DriverError>>> =
         None;
     // The live speakers: the membership's once joined (none before: this node claims
@@ -694,6 +700,7 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
                             }
                             if parsed != whole {
                                 whole = parsed;
+                                speaker.set_whole_config(whole.clone());
                                 all = true;
                             }
                         } else {
@@ -781,6 +788,7 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
                     // The first full pass: objects of this node nobody wants go.
                     synced = true;
                     out.bgp_status.initial_sync_done();
+                    speaker.initial_pass_done();
                     session_status.initial_sync_done();
                     l2_status.initial_sync_done();
                 }
