@@ -212,3 +212,45 @@ fn an_unparsable_ingress_is_invalid_ip_on_every_node() {
         "the hint names the address: {t}"
     );
 }
+
+/// Issue 27: layer 2 with `--live-speakers`: the election holds only the live
+/// speakers, so when the first of MetalLB's order is not live the next one answers,
+/// and the node left out says why. Without the flag every Node counts (membership off).
+#[test]
+fn layer2_elects_among_the_live_speakers_given() {
+    use sha2::{Digest, Sha256};
+    let mut want = ["edge-1", "edge-2"];
+    want.sort_by_key(|n| Sha256::digest(format!("{n}#198.51.100.5")).to_vec());
+    let live = format!("{},worker-1", want[1]);
+    let out = explain(
+        &[
+            "demo/web",
+            "-f",
+            "../explain-l2",
+            "-o",
+            "json",
+            "--live-speakers",
+            &live,
+        ],
+        None,
+    );
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect(&t);
+    let order: Vec<&str> = v["l2"]["election"]["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["node"].as_str().unwrap())
+        .collect();
+    assert_eq!(order, [want[1]], "{t}");
+    for n in v["l2"]["nodes"].as_array().unwrap() {
+        let node = n["node"].as_str().unwrap();
+        if node == want[1] {
+            assert_eq!(n["announced"], true, "{n}");
+        } else if node == want[0] {
+            assert_eq!(n["announced"], false, "{n}");
+            assert!(n["hint"].as_str().unwrap().contains("is not live"), "{n}");
+        }
+    }
+}

@@ -7,10 +7,11 @@
 //!
 //! Both modes: BGP (what each node sends to which BGPPeer) and layer 2 (the
 //! election order every speaker computes, with scores, and the interfaces).
-//! Layer 2 assumes every Node runs a live speaker (membership as the
-//! speakers see it is not in the objects).
+//! Layer 2 takes the live speakers as given (`live`: `metallbctl explain
+//! --live-speakers`, or the Nodes whose speaker Pod is Ready), or every Node
+//! when not given (membership off, as MetalLB's "memberlist disabled").
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -113,13 +114,15 @@ pub struct PeerRoute {
 }
 
 /// Explains `svc` (`namespace/name`; `None`: it does not exist) on every
-/// Node of `resources`, with the Service's EndpointSlices `slices`.
+/// Node of `resources`, with the Service's EndpointSlices `slices`; `live`:
+/// the speakers taking part in layer-2 elections (`None`: every Node).
 pub fn service(
     resources: &Resources,
     key: &str,
     svc: Option<&Service>,
     slices: &[Arc<EndpointSlice>],
     options: &Options,
+    live: Option<&BTreeSet<String>>,
 ) -> Explanation {
     let ips = svc
         .and_then(|s| s.status.as_ref()?.load_balancer.as_ref()?.ingress.clone())
@@ -167,7 +170,7 @@ pub fn service(
             &facts.name,
             l2::Cluster {
                 nodes: &facts_all,
-                live: None,
+                live,
             },
             svc,
             slices,
@@ -184,7 +187,16 @@ pub fn service(
         if election.is_none() {
             election = d.election.clone();
         }
-        l2_nodes.push(node_l2(&d, &config, &facts, svc, key, &ips, options));
+        let mut l2_node = node_l2(&d, &config, &facts, svc, key, &ips, options);
+        if !l2_node.announced && live.is_some_and(|l| !l.contains(&facts.name)) {
+            let more = l2_node.hint.take().unwrap_or_default();
+            l2_node.hint = Some(format!(
+                "the speaker of node {} is not live (not a member of the speakers' \
+                 membership): no candidate; {more}",
+                facts.name
+            ));
+        }
+        l2_nodes.push(l2_node);
         let (specs, _skipped) = sessions::sessions(&config, &facts);
         let running: Vec<String> = specs.keys().cloned().collect();
         match bgp::decide(&config, &facts, svc, slices, options) {
