@@ -35,6 +35,7 @@
 //!   communities, sessions) whose waits report what the router had.
 
 mod audit;
+pub mod bench;
 pub mod controller;
 mod lab;
 pub mod nodes;

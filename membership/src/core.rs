@@ -181,7 +181,9 @@ pub struct Counters {
     /// address) or not answered (answered that source less than a second
     /// ago).
     pub sync_refused: u64,
-    /// Fast-path messages from a name that is not a live member.
+    /// Fast-path messages from a name that is not a live member, pings
+    /// meant for another process of this node (before a restart), and acks
+    /// from another process than the one a relayed probe asked about.
     pub unknown_sender: u64,
     /// Heartbeat losses that no helper answered for, neither reached nor
     /// not: this node is taken to be the one cut off, nothing moves.
@@ -244,6 +246,9 @@ struct Relay {
     requester: SocketAddr,
     request_id: u64,
     target: String,
+    /// The process of `target` asked about: an ack from another (a
+    /// restart at the same address) is not an answer.
+    target_generation: u64,
     /// When the requester is told the target did not answer (if it has not).
     nack_at: Option<u64>,
     expires: u64,
@@ -1288,6 +1293,7 @@ impl Core {
             id,
             target: owner.to_string(),
             target_addr: confirmation.owner.addr,
+            target_generation: confirmation.owner.generation,
         };
         for helper in helpers {
             self.send_control(helper, &control);
@@ -1406,7 +1412,11 @@ impl Core {
     // ---- self-fence ----
 
     fn fence_start(&mut self, now: u64) {
-        let members: Vec<SocketAddr> = self.foca.iter_members().map(|m| m.id().addr).collect();
+        let members: Vec<(SocketAddr, u64)> = self
+            .foca
+            .iter_members()
+            .map(|m| (m.id().addr, m.id().generation))
+            .collect();
         let window = u64::try_from(self.cfg.fence_window.as_nanos()).unwrap_or(u64::MAX);
         let mut check = FenceCheck {
             ids: BTreeSet::new(),
@@ -1415,7 +1425,7 @@ impl Core {
             members: members.len() + 1,
         };
         let from = self.sender();
-        for addr in members {
+        for (addr, generation) in members {
             let id: u64 = self.rng.random();
             check.ids.insert(id);
             self.send_control(
@@ -1423,6 +1433,7 @@ impl Core {
                 &Control::Ping {
                     from: from.clone(),
                     id,
+                    target_generation: generation,
                 },
             );
         }
@@ -1550,6 +1561,7 @@ impl Core {
                 id,
                 target,
                 target_addr,
+                target_generation,
                 ..
             } => {
                 // only towards a member, at the address we know it by (no
@@ -1566,6 +1578,7 @@ impl Core {
                         requester: from_addr,
                         request_id: id,
                         target,
+                        target_generation,
                         // within the requester's round (Lifeguard: 80 %)
                         nack_at: Some(now.saturating_add(timeout / 5 * 4)),
                         expires: now.saturating_add(2 * timeout),
@@ -1574,12 +1587,24 @@ impl Core {
                 let ping = Control::Ping {
                     from: self.sender(),
                     id: ping_id,
+                    target_generation,
                 };
                 self.send_control(target_addr, &ping);
             }
             Control::ProbeReply { id, target, .. } => self.on_probe_reply(id, &target, now),
             Control::ProbeNack { id, target, .. } => self.on_probe_nack(id, &target),
-            Control::Ping { id, .. } => {
+            Control::Ping {
+                id,
+                target_generation,
+                ..
+            } => {
+                // a ping meant for another process of this node (the one
+                // before a restart) is not ours to answer: the asker must
+                // learn that that process is gone
+                if target_generation != self.foca.identity().generation {
+                    self.counters.unknown_sender += 1;
+                    return;
+                }
                 let ack = Control::Ack {
                     from: self.sender(),
                     id,
@@ -1587,7 +1612,15 @@ impl Core {
                 self.send_control(from_addr, &ack);
             }
             Control::Ack { from, id } => {
-                if let Some(relay) = self.relays.remove(&id) {
+                if let Some(relay) = self.relays.get(&id) {
+                    if relay.target != from.name || relay.target_generation != from.generation {
+                        // another process than the one asked about
+                        self.counters.unknown_sender += 1;
+                        return;
+                    }
+                    let Some(relay) = self.relays.remove(&id) else {
+                        return;
+                    };
                     let reply = Control::ProbeReply {
                         from: self.sender(),
                         id: relay.request_id,
@@ -1772,6 +1805,7 @@ mod tests {
                 generation: 1,
             },
             id,
+            target_generation: 1,
         };
         // the same datagram twice: one answer
         let datagram = peer.seal(&ping(1), 1_000);

@@ -623,11 +623,14 @@ pub enum Control {
         packet: bfd::ControlPacket,
     },
     /// Please ping `target` at `target_addr` and tell me if it answers.
+    /// `target_generation`: the process of `target` meant; another process
+    /// at that address (a restart) does not count as reaching it.
     ProbeRequest {
         from: Sender,
         id: u64,
         target: String,
         target_addr: SocketAddr,
+        target_generation: u64,
     },
     /// `target` answered the ping of request `id`.
     ProbeReply {
@@ -643,9 +646,13 @@ pub enum Control {
         id: u64,
         target: String,
     },
+    /// Answered with an [`Control::Ack`] only by the process of
+    /// `target_generation` (a restarted process at the address of a dead
+    /// one must not answer for it).
     Ping {
         from: Sender,
         id: u64,
+        target_generation: u64,
     },
     Ack {
         from: Sender,
@@ -721,17 +728,27 @@ impl Control {
                 id,
                 target,
                 target_addr,
+                target_generation,
                 ..
             } => {
                 buf.put_u64(*id);
                 put_name(&mut buf, target)?;
                 put_addr(&mut buf, target_addr);
+                buf.put_u64(*target_generation);
             }
             Control::ProbeReply { id, target, .. } | Control::ProbeNack { id, target, .. } => {
                 buf.put_u64(*id);
                 put_name(&mut buf, target)?;
             }
-            Control::Ping { id, .. } | Control::Ack { id, .. } => buf.put_u64(*id),
+            Control::Ping {
+                id,
+                target_generation,
+                ..
+            } => {
+                buf.put_u64(*id);
+                buf.put_u64(*target_generation);
+            }
+            Control::Ack { id, .. } => buf.put_u64(*id),
             Control::Leave { .. } => {}
             Control::Sync { reply, members, .. } => {
                 buf.put_u8(u8::from(*reply));
@@ -778,6 +795,7 @@ impl Control {
                 id: get_u64(&mut buf)?,
                 target: get_name(&mut buf, false)?,
                 target_addr: get_addr(&mut buf)?,
+                target_generation: get_u64(&mut buf)?,
             },
             Kind::ProbeReply => Control::ProbeReply {
                 from,
@@ -792,6 +810,7 @@ impl Control {
             Kind::Ping => Control::Ping {
                 from,
                 id: get_u64(&mut buf)?,
+                target_generation: get_u64(&mut buf)?,
             },
             Kind::Ack => Control::Ack {
                 from,
@@ -946,6 +965,7 @@ mod tests {
                 id: 5,
                 target: "node-b".into(),
                 target_addr: "[2001:db8::2]:7946".parse().unwrap(),
+                target_generation: 77,
             },
             Control::ProbeReply {
                 from: sender(),
@@ -960,6 +980,7 @@ mod tests {
             Control::Ping {
                 from: sender(),
                 id: 1,
+                target_generation: 43,
             },
             Control::Ack {
                 from: sender(),
@@ -1062,6 +1083,7 @@ mod tests {
                 id,
                 target: "node-b".into(),
                 target_addr: "198.51.100.7:7946".parse().unwrap(),
+                target_generation: id,
             };
             let mut body = control.encode().unwrap();
             let at = flip % body.len();

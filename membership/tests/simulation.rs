@@ -596,6 +596,35 @@ fn an_owner_dying_while_its_watcher_is_cut_off_is_declared_down_after() {
     assert!(at - healed_at <= 1500 * MS);
 }
 
+/// The owner's process dies and another starts at once at its address
+/// (a container restart) that cannot claim yet and has not joined: the
+/// helpers' pings reach the new process, which must not answer for the dead
+/// one, or the watcher takes the loss for a path fault and nobody answers
+/// for the owner's addresses.
+#[test]
+fn a_restarted_process_does_not_answer_for_the_dead_one() {
+    for seed in [76, 77, 78] {
+        let mut sim = watched_cluster(4, seed);
+        let killed_at = sim.now;
+        sim.restart_unjoined(0, 5_000, Some(SECRET));
+        sim.run_for(2 * SEC);
+        let (at, _) = sim
+            .first_event(1, killed_at, |e| owner_down(e, &name(0)))
+            .unwrap_or_else(|| {
+                panic!(
+                    "seed {seed}: the watcher must declare the dead process down (path faults: {})",
+                    sim.nodes[1].core.counters().path_faults
+                )
+            });
+        println!(
+            "seed {seed}: declared down after {} ms",
+            (at - killed_at) / MS
+        );
+        assert!(at - killed_at <= 500 * MS, "seed {seed}");
+        assert_eq!(sim.nodes[1].core.counters().path_faults, 0, "seed {seed}");
+    }
+}
+
 #[test]
 fn killed_owner_declared_down_2() {
     // no helper to ask: taken as down at once, as before

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail, ensure};
+use e2e::bench::Impl as Kind;
 use e2e::{Lab, NodeNetwork};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -58,21 +59,6 @@ const NODES: usize = 3;
 const SERVICE_CIDR: &str = "bench-bgp";
 const SERVICE_CIDR_RANGE: &str = "198.18.128.0/20";
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Ours,
-    Metallb,
-}
-
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Ours => "ours",
-            Kind::Metallb => "metallb",
-        }
-    }
-}
-
 struct Opts {
     kinds: Vec<Kind>,
     latency: usize,
@@ -95,12 +81,7 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
         let mut val = || args.next().with_context(|| format!("{a} needs a value"));
         match a.as_str() {
             "--impl" => {
-                kinds = match val()?.as_str() {
-                    "ours" => vec![Kind::Ours],
-                    "metallb" => vec![Kind::Metallb],
-                    "both" => vec![Kind::Ours, Kind::Metallb],
-                    v => bail!("--impl {v}: ours, metallb or both"),
-                }
+                kinds = Kind::parse_list(&val()?, false)?;
             }
             "--latency" => latency = val()?.parse()?,
             "--burst" => burst = val()?.parse()?,
@@ -120,19 +101,8 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
         "--burst at most 1000 (the burst pool is a /22)"
     );
     ensure!(latency <= 250, "--latency at most 250 (the pool is a /24)");
-    let ours_bin = ours_bin.unwrap_or_else(|| match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(t) => PathBuf::from(t).join("release"),
-        None => repo.join("target/release"),
-    });
-    let metallb_bin = match metallb_bin {
-        Some(d) => d,
-        None => {
-            let out = std::process::Command::new(repo.join("lab/build-metallb"))
-                .arg("bindir")
-                .output()?;
-            PathBuf::from(String::from_utf8(out.stdout)?.trim())
-        }
-    };
+    let ours_bin = e2e::bench::ours_bin_dir(repo, ours_bin);
+    let metallb_bin = e2e::bench::metallb_bin_dir(repo, metallb_bin)?;
     Ok(Opts {
         kinds,
         latency,

@@ -32,6 +32,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use e2e::bench::Impl as Kind;
 use e2e::{Lab, NodeNetwork};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -70,21 +71,6 @@ const PROBE: &str = "198.51.100.90";
 const ML_LABELS: &str = "app=metallb,component=speaker";
 /// Longest failover waited for (MetalLB's memberlist takes about 5-7 s for a crash).
 const FAILOVER_TIMEOUT: Duration = Duration::from_secs(40);
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Ours,
-    Metallb,
-}
-
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Ours => "ours",
-            Kind::Metallb => "metallb",
-        }
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fault {
@@ -134,12 +120,7 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
         let mut val = || args.next().with_context(|| format!("{a} needs a value"));
         match a.as_str() {
             "--impl" => {
-                o.kinds = match val()?.as_str() {
-                    "ours" => vec![Kind::Ours],
-                    "metallb" => vec![Kind::Metallb],
-                    "both" => vec![Kind::Ours, Kind::Metallb],
-                    v => bail!("--impl {v}: ours, metallb or both"),
-                }
+                o.kinds = Kind::parse_list(&val()?, false)?;
             }
             "--speakers" => {
                 o.speakers = val()?
@@ -179,19 +160,8 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
         o.speakers.iter().all(|n| (2..=40).contains(n)),
         "--speakers: 2 to 40 each"
     );
-    o.ours_bin = ours_bin.unwrap_or_else(|| match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(t) => PathBuf::from(t).join("release"),
-        None => repo.join("target/release"),
-    });
-    o.metallb_bin = match metallb_bin {
-        Some(d) => d,
-        None => {
-            let out = std::process::Command::new(repo.join("lab/build-metallb"))
-                .arg("bindir")
-                .output()?;
-            PathBuf::from(String::from_utf8(out.stdout)?.trim())
-        }
-    };
+    o.ours_bin = e2e::bench::ours_bin_dir(repo, ours_bin);
+    o.metallb_bin = e2e::bench::metallb_bin_dir(repo, metallb_bin)?;
     Ok(o)
 }
 

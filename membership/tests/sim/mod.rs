@@ -118,6 +118,21 @@ impl Sim {
         self.flush(watcher);
     }
 
+    /// Node `i`'s process is replaced by a new one (same name and address,
+    /// generation `generation`, `secret` as the others) that has not joined
+    /// yet: it answers what reaches its socket, it knows no member.
+    pub fn restart_unjoined(&mut self, i: usize, generation: u64, secret: Option<&[u8]>) {
+        let mut cfg = Config::new(name(i), addr(i), generation);
+        cfg.cluster_size = u32::try_from(self.nodes.len()).unwrap();
+        let key = secret.map(|s| SecretKey::from_secret(s).unwrap());
+        let seed = self.rng.random();
+        let node = &mut self.nodes[i];
+        node.core = Core::new(cfg, key, seed);
+        node.killed = false;
+        node.paused = false;
+        node.backlog.clear();
+    }
+
     pub fn kill(&mut self, i: usize) {
         self.nodes[i].killed = true;
     }
