@@ -196,6 +196,12 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$PAUSE_IMAGE"
   disable_apparmor = true
+  # This machine's sessions lack CAP_SYS_RESOURCE (bounding set 0x1fffeffffff): no process
+  # may lower its oom_score_adj, so runc fails on the -998 the kubelet asks for every Pod
+  # sandbox ("failed to update /proc/self/oom_score_adj: Permission denied" in runc's
+  # debug log, reported to containerd as "can't get final child's PID from pipe: EOF").
+  # Clamped to containerd's own value instead.
+  restrict_oom_score_adj = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -257,6 +263,8 @@ readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
 failSwapOn: false
+# Its own oom_score_adj (default -999): lowering it needs CAP_SYS_RESOURCE, missing here.
+oomScoreAdj: 0
 # Shared disk: the kubelet must neither evict nor delete the lab's images for the
 # machine's usage (image GC at 100 % never runs).
 evictionHard:
