@@ -15,6 +15,10 @@
 # Every process of a node (containerd, its shims, the containers, the kubelet) lives in the
 # cgroup tree /metallb-lab-<id>/node-N of every v1 hierarchy, so `down` finds all of them,
 # and the mounts go with the last process of the private mount namespace.
+# The API server reaches the nodes (kubelet logs/exec, webhooks at their Pods' addresses)
+# through `egress`, an HTTP CONNECT proxy on a Unix socket in the state dir, running in
+# node-1's namespace (which reaches every node and Pod address), named by its egress
+# selector configuration ("cluster").
 # A segment namespace holds a bridge joining the nodes' eth0 (192.0.2.1N/24, 2001:db8:0:1::1N/64).
 # Non-hostNetwork Pods get an address from the node's /28 of 203.0.113.64/26 (CNI bridge
 # and host-local from Debian's containernetworking-plugins); each node routes the others'
@@ -33,7 +37,37 @@ CNI_BIN_DIR=${LAB_CNI_BIN_DIR:-/usr/lib/cni}
 # Images of scripts/images (OCI layouts DIR/controller, DIR/speaker).
 IMAGES_DIR=${LAB_IMAGES_DIR:-${CARGO_TARGET_DIR:-$REPO_DIR/target}/images}
 
+EGRESS_SOCKET=$STATE_DIR/egress.sock
+
 kubelet_mode() { [ -f "$NODE_MARKER" ]; }
+
+# The API server's extra flags, one a line (writes the egress selector configuration):
+# everything it dials in the cluster goes through egress, to the kubelets by their
+# InternalIP (never a name lookup), to webhooks at their endpoints (no kube-proxy here to
+# make a Service's cluster IP reachable).
+nodes_apiserver_flags() {
+  cat >"$STATE_DIR/egress-selector.yaml" <<EOF
+apiVersion: apiserver.k8s.io/v1beta1
+kind: EgressSelectorConfiguration
+egressSelections:
+- name: cluster
+  connection:
+    proxyProtocol: HTTPConnect
+    transport:
+      uds:
+        udsName: $EGRESS_SOCKET
+EOF
+  # Its client certificate at the kubelets (which authorize it by a SubjectAccessReview:
+  # system:masters may do everything).
+  sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth"
+  echo "--kubelet-client-certificate=$PKI/apiserver-kubelet-client.crt"
+  echo "--kubelet-client-key=$PKI/apiserver-kubelet-client.key"
+  echo "--egress-selector-config-file=$STATE_DIR/egress-selector.yaml"
+  echo "--kubelet-preferred-address-types=InternalIP"
+  echo "--enable-aggregator-routing=true"
+}
 node_dir() { echo "$STATE_DIR/nodes/$1"; }
 node_netns() { echo "$NETNS_PREFIX-$1"; }
 
@@ -62,7 +96,7 @@ nodes_build() {
     NODE_BIN_DIR=$("$LAB_DIR/build-node" bindir)
   fi
   local b
-  for b in kubelet kube-scheduler relay pause; do
+  for b in kubelet kube-scheduler relay egress pause; do
     [ -x "$NODE_BIN_DIR/$b" ] || die "$NODE_BIN_DIR/$b is missing"
   done
 }
@@ -287,6 +321,15 @@ start_relay() {
   echo $! >"$dir/relay.pid"
 }
 
+start_egress() {
+  local ns
+  ns=$(node_netns "${NODES[0]}")
+  setsid nsenter --net="/run/netns/$ns" -- "$NODE_BIN_DIR/egress" -socket "$EGRESS_SOCKET" \
+    -allow 192.0.2.0/24 -allow 2001:db8:0:1::/64 -allow 203.0.113.64/26 -label "$STATE_DIR" \
+    </dev/null >>"$STATE_DIR/logs/egress.log" 2>&1 &
+  echo $! >"$STATE_DIR/run/egress.pid"
+}
+
 # containerd in the node's network namespace and a new private mount namespace, in the
 # node's cgroup (system/); prints nothing, records the pid.
 start_containerd() {
@@ -376,6 +419,8 @@ nodes_up() {
   mkdir -p "$STATE_DIR/images"
   make_pause_image
   start_scheduler
+  log "starting egress (the API server's proxy to nodes and Pods) in $(node_netns "${NODES[0]}")"
+  start_egress
   for i in "${!NODES[@]}"; do
     node=${NODES[$i]}
     write_node_files "$i"
@@ -432,6 +477,7 @@ $(tail -n 30 "$STATE_DIR/logs/kubelet-$node.log")"
 nodes_down() {
   local node dir
   stop_pid_file "$STATE_DIR/run/kube-scheduler.pid" kube-scheduler
+  stop_pid_file "$STATE_DIR/run/egress.pid" egress
   if [ -d "$STATE_DIR/nodes" ]; then
     for node in "${NODES[@]}"; do
       dir=$(node_dir "$node")
@@ -482,6 +528,11 @@ nodes_status() {
       fi
     done
   done
+  if pid=$(node_proc_pid "$STATE_DIR/run/egress.pid" egress); then
+    echo "egress: running (pid $pid)"
+  else
+    echo "egress: not running"
+  fi
   if pid=$(node_proc_pid "$STATE_DIR/run/kube-scheduler.pid" kube-scheduler); then
     echo "kube-scheduler: running (pid $pid)"
   else
