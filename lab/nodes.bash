@@ -215,6 +215,9 @@ write_node_files() {
   echo 1 >"$dir/sysctl/kernel.panic_on_oops"
   echo 1000000 >"$dir/sysctl/kernel.keys.root_maxkeys"
   echo 25000000 >"$dir/sysctl/kernel.keys.root_maxbytes"
+  # The resolver configuration Pods get instead of the machine's (no name servers: a Pod's
+  # name lookups never leave the lab).
+  echo "# metallb-rs lab node: no name servers" >"$dir/resolv.conf"
   cat >"$dir/containerd.toml" <<EOF
 version = 2
 root = "$dir/containerd/root"
@@ -297,6 +300,7 @@ readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
 failSwapOn: false
+resolvConf: $dir/resolv.conf
 # Its own oom_score_adj (default -999): lowering it needs CAP_SYS_RESOURCE, missing here.
 oomScoreAdj: 0
 # Shared disk: the kubelet must neither evict nor delete the lab's images for the
