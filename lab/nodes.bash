@@ -19,7 +19,8 @@
 # through `egress`, an HTTP CONNECT proxy on a Unix socket in the state dir, running in
 # node-1's namespace (which reaches every node and Pod address), named by its egress
 # selector configuration ("cluster").
-# A segment namespace holds a bridge joining the nodes' eth0 (192.0.2.1N/24, 2001:db8:0:1::1N/64).
+# A segment namespace holds a bridge joining the nodes' eth0 (192.0.2.1N/24, 2001:db8:0:1::1N/64)
+# and the client's (namespace <prefix>-client, 192.0.2.100/24, 2001:db8:0:1::100/64).
 # Non-hostNetwork Pods get an address from the node's /28 of 203.0.113.64/26 (CNI bridge
 # and host-local from Debian's containernetworking-plugins); each node routes the others'
 # /28 through their segment address.
@@ -29,6 +30,7 @@ NODE_BIN_DIR=${LAB_NODE_BIN_DIR:-}
 LAB_ID=$(printf '%s' "$STATE_DIR" | sha256sum | cut -c1-6)
 NETNS_PREFIX=labk$LAB_ID
 SEG_NETNS=$NETNS_PREFIX-seg
+CLIENT_NETNS=$NETNS_PREFIX-client
 CGROUP_ROOT=metallb-lab-$LAB_ID
 POD_CIDRS=(203.0.113.64/28 203.0.113.80/28 203.0.113.96/28)
 NODE_MARKER=$STATE_DIR/kubelet-nodes
@@ -178,6 +180,16 @@ make_network() {
     ip -n "$ns" addr add "${NODE_IPV6[$i]}/64" dev eth0 nodad
     ip -n "$ns" link set eth0 up
   done
+  # The client of the address plan on the segment (192.0.2.100): what a user's machine on
+  # the nodes' link sees of a LoadBalancer address (ARP, NDP, traffic).
+  ns=$CLIENT_NETNS
+  ip netns add "$ns"
+  ip -n "$ns" link set lo up
+  ip -n "$SEG_NETNS" link add c0 type veth peer name eth0 netns "$ns"
+  ip -n "$SEG_NETNS" link set c0 master br0 up
+  ip -n "$ns" addr add 192.0.2.100/24 dev eth0
+  ip -n "$ns" addr add 2001:db8:0:1::100/64 dev eth0 nodad
+  ip -n "$ns" link set eth0 up
   # Each node reaches the other nodes' Pod /28 through their segment address (forwarding
   # inside the node namespaces only).
   for i in "${!NODES[@]}"; do
