@@ -128,7 +128,7 @@ stop_pid_file() {
   log "stopping $exe (pid $pid)"
   kill -TERM "$pid" 2>/dev/null || true
   for i in $(seq 1 100); do
-    kill -0 "$pid" 2>/dev/null || break
+    pid_alive "$pid" || break
     sleep 0.1
   done
   kill -KILL "$pid" 2>/dev/null || true
