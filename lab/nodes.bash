@@ -20,7 +20,8 @@
 # node-1's namespace (which reaches every node and Pod address), named by its egress
 # selector configuration ("cluster").
 # A segment namespace holds a bridge joining the nodes' eth0 (192.0.2.1N/24, 2001:db8:0:1::1N/64)
-# and the client's (namespace <prefix>-client, 192.0.2.100/24, 2001:db8:0:1::100/64).
+# and the client's (namespace <prefix>-client, 192.0.2.100/24, 2001:db8:0:1::100/64) and the
+# router's (<prefix>-router, 192.0.2.1/24, 2001:db8:0:1::1/64; empty until a test starts FRR).
 # Non-hostNetwork Pods get an address from the node's /28 of 203.0.113.64/26 (CNI bridge
 # and host-local from Debian's containernetworking-plugins); each node routes the others'
 # /28 through their segment address.
@@ -31,6 +32,10 @@ LAB_ID=$(printf '%s' "$STATE_DIR" | sha256sum | cut -c1-6)
 NETNS_PREFIX=labk$LAB_ID
 SEG_NETNS=$NETNS_PREFIX-seg
 CLIENT_NETNS=$NETNS_PREFIX-client
+ROUTER_NETNS=$NETNS_PREFIX-router
+# FRR of a test in the router namespace keeps its files (and pid files) here: outside the
+# state dir, which user frr may not traverse (0700).
+ROUTER_DIR=/run/metallb-lab-$LAB_ID-router
 CGROUP_ROOT=metallb-lab-$LAB_ID
 POD_CIDRS=(203.0.113.64/28 203.0.113.80/28 203.0.113.96/28)
 NODE_MARKER=$STATE_DIR/kubelet-nodes
@@ -105,9 +110,10 @@ nodes_build() {
 
 # --- pids ------------------------------------------------------------------------------
 
-# node_proc_pid FILE EXE: the pid in FILE when it runs EXE started for this state dir.
+# node_proc_pid FILE EXE [MARK]: the pid in FILE when it runs EXE started for this state
+# dir (its command line names MARK, default the state dir).
 node_proc_pid() {
-  local f=$1 want=$2 pid exe cmdline
+  local f=$1 want=$2 mark=${3:-$STATE_DIR} pid exe cmdline
   [ -f "$f" ] || return 1
   pid=$(cat "$f")
   [[ $pid =~ ^[0-9]+$ ]] || return 1
@@ -115,13 +121,13 @@ node_proc_pid() {
   exe=${exe% (deleted)}
   [ "${exe##*/}" = "$want" ] || return 1
   cmdline=$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
-  [[ $cmdline == *"$STATE_DIR"* ]] || return 1
+  [[ $cmdline == *"$mark"* ]] || return 1
   echo "$pid"
 }
 
 stop_pid_file() {
   local f=$1 exe=$2 pid i
-  pid=$(node_proc_pid "$f" "$exe") || {
+  pid=$(node_proc_pid "$f" "$exe" "${3:-$STATE_DIR}") || {
     rm -f "$f"
     return 0
   }
@@ -189,6 +195,16 @@ make_network() {
   ip -n "$SEG_NETNS" link set c0 master br0 up
   ip -n "$ns" addr add 192.0.2.100/24 dev eth0
   ip -n "$ns" addr add 2001:db8:0:1::100/64 dev eth0 nodad
+  ip -n "$ns" link set eth0 up
+  # The router of the address plan on the segment (192.0.2.1): a test starts FRR there
+  # (lab/helm-check), peering with the nodes' speakers.
+  ns=$ROUTER_NETNS
+  ip netns add "$ns"
+  ip -n "$ns" link set lo up
+  ip -n "$SEG_NETNS" link add r0 type veth peer name eth0 netns "$ns"
+  ip -n "$SEG_NETNS" link set r0 master br0 up
+  ip -n "$ns" addr add 192.0.2.1/24 dev eth0
+  ip -n "$ns" addr add 2001:db8:0:1::1/64 dev eth0 nodad
   ip -n "$ns" link set eth0 up
   # Each node reaches the other nodes' Pod /28 through their segment address (forwarding
   # inside the node namespaces only).
@@ -494,6 +510,12 @@ nodes_down() {
   local node dir
   stop_pid_file "$STATE_DIR/run/kube-scheduler.pid" kube-scheduler
   stop_pid_file "$STATE_DIR/run/egress.pid" egress
+  # FRR a test started in the router namespace (its pid files name the state dir).
+  local d
+  for d in bgpd zebra; do
+    stop_pid_file "$ROUTER_DIR/$d.pid" "$d" "$ROUTER_DIR"
+  done
+  rm -rf "$ROUTER_DIR"
   if [ -d "$STATE_DIR/nodes" ]; then
     for node in "${NODES[@]}"; do
       dir=$(node_dir "$node")
