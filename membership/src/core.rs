@@ -53,6 +53,12 @@ pub struct Config {
     /// While a watched owner's heartbeat stays down after a path fault, a
     /// confirmation runs again this often (1 s).
     pub reconfirm_interval: Duration,
+    /// A watched owner that came back after a takeover is confirmed with
+    /// more rounds the next time, for this long after it came back (60 s):
+    /// 1, 3, then 7 more (at most [`Config::max_damping_rounds`]).
+    pub damping_memory: Duration,
+    /// Most extra confirmation rounds of a flapping owner (7: 700 ms).
+    pub max_damping_rounds: u8,
     /// Self-fence (MetalLB has none; default off).
     pub self_fence: bool,
     /// Time after losing a watcher's heartbeat within which a majority of
@@ -62,6 +68,13 @@ pub struct Config {
     pub fence_window: Duration,
     /// While fenced, reachability is checked again this often (1 s).
     pub fence_recheck: Duration,
+    /// Speakers one fence check pings at most (32): beyond, a random sample
+    /// of them, and the share that answers stands for the whole.
+    pub fence_sample: usize,
+    /// A member seen active counts among the speakers a majority is taken
+    /// of this long after it was last seen (5 min), besides the speakers
+    /// discovered ([`Core::set_peers`]).
+    pub fence_memory: Duration,
     /// Most heartbeat sessions kept (others' requests beyond are ignored).
     pub max_sessions: usize,
     /// `--ml-wan-config`: foca's WAN timers (memberlist's WAN defaults)
@@ -85,9 +98,13 @@ impl Config {
             probe_timeout: Duration::from_millis(100),
             probe_retries: 1,
             reconfirm_interval: Duration::from_secs(1),
+            damping_memory: Duration::from_secs(60),
+            max_damping_rounds: 7,
             self_fence: false,
             fence_window: Duration::from_millis(50),
             fence_recheck: Duration::from_secs(1),
+            fence_sample: 32,
+            fence_memory: Duration::from_secs(300),
             max_sessions: 1024,
             sync_interval: Duration::from_secs(30),
             wan: false,
@@ -239,6 +256,9 @@ struct Confirmation {
     /// A helper answered that it could not reach the owner either: this
     /// node is not the one cut off.
     nacked: bool,
+    /// No helper to ask (two members): the owner itself is pinged, and
+    /// its silence counts.
+    direct: bool,
 }
 
 #[derive(Debug)]
@@ -256,11 +276,46 @@ struct Relay {
 
 #[derive(Debug)]
 struct FenceCheck {
-    ids: BTreeSet<u64>,
-    acks: BTreeSet<String>,
+    /// Ping id -> the speaker's address pinged.
+    ids: BTreeMap<u64, SocketAddr>,
+    /// Speakers that answered.
+    acks: BTreeSet<SocketAddr>,
     deadline: u64,
-    members: usize,
+    /// The speakers a majority is taken of, this node included.
+    population: usize,
+    /// Of the others, those pinged (all, or a sample).
+    sampled: usize,
+    /// The lowest address of the population: with all pinged, an exact half
+    /// holding it keeps answering (the other half fences).
+    lowest: SocketAddr,
 }
+
+impl FenceCheck {
+    /// A majority of the speakers answered (this node counts for itself).
+    /// Two speakers or fewer: always (there is no majority to lose; the
+    /// fence would only take the survivor of a crash dark). A sample: the
+    /// share that answered against the share a majority needs.
+    fn majority(&self, me: SocketAddr) -> bool {
+        let d = self.population;
+        if d <= 2 {
+            return true;
+        }
+        let others = d - 1;
+        // acks from others for more than half: acks + 1 > d / 2
+        let needed = d / 2;
+        if self.sampled < others {
+            return self.acks.len() * others >= needed * self.sampled;
+        }
+        self.acks.len() >= needed
+            || (d.is_multiple_of(2)
+                && self.acks.len() + 1 == d / 2
+                && (self.lowest == me || self.acks.contains(&self.lowest)))
+    }
+}
+
+/// The generation of a ping that any process at the address may answer:
+/// the self-fence's, which asks whether a speaker is there at all.
+pub const ANY_GENERATION: u64 = 0;
 
 /// Most pending relays (helper side) kept at once.
 const MAX_RELAYS: usize = 1024;
@@ -284,9 +339,19 @@ pub struct Core {
     /// Owners declared down on the fast path; live again once they are heard
     /// from (see [`FastDown`]).
     fast_down: BTreeMap<String, FastDown>,
+    /// Owners that came back after a takeover: how many times lately, and
+    /// when last ([`Core::damping_rounds`]).
+    flaps: BTreeMap<String, (u8, u64)>,
     fence_check: Option<FenceCheck>,
     fenced: bool,
     fence_next: Option<u64>,
+    /// The speakers discovered ([`Core::set_peers`]).
+    peers: BTreeSet<SocketAddr>,
+    /// Members' addresses, and when each was last seen active (self-fence).
+    seen: BTreeMap<SocketAddr, u64>,
+    /// The live set as computed; with self-fence on, a shrink is published
+    /// only once a majority answered or the node fenced.
+    wanted_live: BTreeSet<String>,
     sync_next: Option<u64>,
     /// Watched owners whose heartbeat is down behind a path fault.
     path_faulty: BTreeSet<String>,
@@ -469,9 +534,13 @@ impl Core {
             reconfirm: BTreeMap::new(),
             relays: BTreeMap::new(),
             fast_down: BTreeMap::new(),
+            flaps: BTreeMap::new(),
             fence_check: None,
             fenced: false,
             fence_next: None,
+            peers: BTreeSet::new(),
+            seen: BTreeMap::new(),
+            wanted_live: live.clone(),
             sync_next: None,
             path_faulty: BTreeSet::new(),
             live,
@@ -571,6 +640,14 @@ impl Core {
     }
 
     // ---- inputs ----
+
+    /// The speakers discovered (their Pod IPs at the membership port): with
+    /// the members seen lately, the speakers a self-fence majority is taken
+    /// of. Unlike the members still active, it does not shrink as the other
+    /// side of a partition goes Down.
+    pub fn set_peers(&mut self, peers: impl IntoIterator<Item = SocketAddr>) {
+        self.peers = peers.into_iter().filter(|a| *a != self.cfg.addr).collect();
+    }
 
     /// Announces this node to seed addresses (speaker Pod IPs); their
     /// names are learned from the answers.
@@ -1012,8 +1089,13 @@ impl Core {
             self.after_foca(result, now);
             return;
         }
+        let memory = u64::try_from(self.cfg.damping_memory.as_nanos()).unwrap_or(u64::MAX);
+        self.flaps
+            .retain(|_, (_, at)| now.saturating_sub(*at) <= memory);
         for node in back {
-            info!(%node, "owner declared down is live again");
+            let flaps = self.flaps.entry(node.clone()).or_insert((0, now));
+            *flaps = (flaps.0.saturating_add(1), now);
+            info!(%node, flaps = flaps.0, "owner declared down is live again");
             self.outputs.push(Output::Event(Event::OwnerBack { node }));
         }
         let mut live: BTreeSet<String> = self
@@ -1023,9 +1105,31 @@ impl Core {
             .filter(|name| !self.fast_down.contains_key(name))
             .collect();
         live.insert(self.cfg.name.clone());
-        if live != self.live {
-            self.live = live.clone();
-            self.outputs.push(Output::Event(Event::LiveChanged(live)));
+        self.wanted_live = live;
+        if !self.cfg.self_fence {
+            self.publish_live();
+            return;
+        }
+        self.note_seen(now);
+        let shrinks = self
+            .live
+            .iter()
+            .any(|name| !self.wanted_live.contains(name));
+        if self.fenced || self.left || !shrinks {
+            self.publish_live();
+            return;
+        }
+        // A member gone from the live set may give this node addresses: it
+        // wins them only once a majority of the speakers answers (else it
+        // fences first). Members that came are published at once.
+        let grown: BTreeSet<String> = self.live.union(&self.wanted_live).cloned().collect();
+        if grown != self.live {
+            self.live = grown;
+            self.outputs
+                .push(Output::Event(Event::LiveChanged(self.live.clone())));
+        }
+        if self.fence_check.is_none() {
+            self.fence_start(now);
         }
     }
 
@@ -1261,14 +1365,16 @@ impl Core {
             deadline: now,
             last_rx_ns: last_rx,
             nacked: false,
+            direct: false,
         };
         self.confirmations.insert(owner.to_string(), confirmation);
         if !self.probe_round(owner, now) {
-            self.declare_down(owner, now);
+            self.confirmations.remove(owner);
         }
     }
 
-    /// Sends one round of probe requests; false when there is no helper.
+    /// Sends one round of probe requests to helpers, or with no helper (two
+    /// members) a ping to the owner itself; false when the owner is gone.
     fn probe_round(&mut self, owner: &str, now: u64) -> bool {
         let helpers: Vec<SocketAddr> = self
             .foca
@@ -1276,9 +1382,6 @@ impl Core {
             .filter(|m| m.id().name != owner && !self.fast_down.contains_key(&m.id().name))
             .map(|m| m.id().addr)
             .sample(&mut self.rng, self.cfg.probe_helpers);
-        if helpers.is_empty() {
-            return false;
-        }
         let id: u64 = self.rng.random();
         let timeout = u64::try_from(self.cfg.probe_timeout.as_nanos()).unwrap_or(u64::MAX);
         let from = self.sender();
@@ -1288,6 +1391,17 @@ impl Core {
         confirmation.ids.push(id);
         confirmation.round += 1;
         confirmation.deadline = now.saturating_add(timeout);
+        if helpers.is_empty() {
+            confirmation.direct = true;
+            let (addr, generation) = (confirmation.owner.addr, confirmation.owner.generation);
+            let ping = Control::Ping {
+                from,
+                id,
+                target_generation: generation,
+            };
+            self.send_control(addr, &ping);
+            return true;
+        }
         let control = Control::ProbeRequest {
             from,
             id,
@@ -1301,15 +1415,35 @@ impl Core {
         true
     }
 
+    /// Extra confirmation rounds for an owner that came back after a
+    /// takeover within [`Config::damping_memory`]: 2^flaps - 1, capped.
+    fn damping_rounds(&self, owner: &str, now: u64) -> u8 {
+        let memory = u64::try_from(self.cfg.damping_memory.as_nanos()).unwrap_or(u64::MAX);
+        match self.flaps.get(owner) {
+            Some((count, at)) if now.saturating_sub(*at) <= memory => {
+                let rounds = (1u32 << u32::from((*count).min(8))) - 1;
+                u8::try_from(rounds)
+                    .unwrap_or(u8::MAX)
+                    .min(self.cfg.max_damping_rounds)
+            }
+            _ => 0,
+        }
+    }
+
     fn confirmation_expired(&mut self, owner: &str, now: u64) {
         let Some(confirmation) = self.confirmations.get(owner) else {
             return;
         };
-        let (round, nacked) = (confirmation.round, confirmation.nacked);
-        if round <= self.cfg.probe_retries && self.probe_round(owner, now) {
+        let (round, nacked, direct) =
+            (confirmation.round, confirmation.nacked, confirmation.direct);
+        let rounds = self
+            .cfg
+            .probe_retries
+            .saturating_add(self.damping_rounds(owner, now));
+        if round <= rounds && self.probe_round(owner, now) {
             return;
         }
-        if nacked {
+        if nacked || direct {
             self.declare_down(owner, now);
         } else {
             self.unconfirmed(owner, now);
@@ -1411,59 +1545,125 @@ impl Core {
 
     // ---- self-fence ----
 
+    /// The speakers a majority is taken of: those discovered, the members
+    /// active now and those seen within [`Config::fence_memory`], this node.
+    fn fence_population(&mut self, now: u64) -> BTreeSet<SocketAddr> {
+        self.note_seen(now);
+        let memory = u64::try_from(self.cfg.fence_memory.as_nanos()).unwrap_or(u64::MAX);
+        self.seen.retain(|_, at| now.saturating_sub(*at) <= memory);
+        let mut population: BTreeSet<SocketAddr> = self.peers.clone();
+        population.extend(self.seen.keys().copied());
+        population.insert(self.cfg.addr);
+        population
+    }
+
+    fn note_seen(&mut self, now: u64) {
+        for member in self.foca.iter_members() {
+            self.seen.insert(member.id().addr, now);
+        }
+    }
+
+    /// Pings the other speakers (a sample of [`Config::fence_sample`] at
+    /// most); decided as soon as a majority answered, else at the end of
+    /// [`Config::fence_window`].
     fn fence_start(&mut self, now: u64) {
-        let members: Vec<(SocketAddr, u64)> = self
+        let population = self.fence_population(now);
+        let lowest = population.first().copied().unwrap_or(self.cfg.addr);
+        let others: Vec<SocketAddr> = population
+            .iter()
+            .copied()
+            .filter(|a| *a != self.cfg.addr)
+            .collect();
+        let sample: Vec<SocketAddr> = if others.len() > self.cfg.fence_sample.max(1) {
+            others
+                .iter()
+                .copied()
+                .sample(&mut self.rng, self.cfg.fence_sample.max(1))
+        } else {
+            others.clone()
+        };
+        let window = u64::try_from(self.cfg.fence_window.as_nanos()).unwrap_or(u64::MAX);
+        let mut check = FenceCheck {
+            ids: BTreeMap::new(),
+            acks: BTreeSet::new(),
+            deadline: now.saturating_add(window),
+            population: population.len(),
+            sampled: sample.len(),
+            lowest,
+        };
+        // the process we know at that address; any process there for a
+        // speaker we hold Down or only discovered (generation 0)
+        let generations: BTreeMap<SocketAddr, u64> = self
             .foca
             .iter_members()
             .map(|m| (m.id().addr, m.id().generation))
             .collect();
-        let window = u64::try_from(self.cfg.fence_window.as_nanos()).unwrap_or(u64::MAX);
-        let mut check = FenceCheck {
-            ids: BTreeSet::new(),
-            acks: BTreeSet::new(),
-            deadline: now.saturating_add(window),
-            members: members.len() + 1,
-        };
         let from = self.sender();
-        for (addr, generation) in members {
-            let id: u64 = self.rng.random();
-            check.ids.insert(id);
-            self.send_control(
-                addr,
-                &Control::Ping {
-                    from: from.clone(),
-                    id,
-                    target_generation: generation,
-                },
-            );
+        let settled = check.majority(self.cfg.addr);
+        if !settled {
+            for addr in sample {
+                let id: u64 = self.rng.random();
+                check.ids.insert(id, addr);
+                self.send_control(
+                    addr,
+                    &Control::Ping {
+                        from: from.clone(),
+                        id,
+                        target_generation: generations
+                            .get(&addr)
+                            .copied()
+                            .unwrap_or(ANY_GENERATION),
+                    },
+                );
+            }
         }
         self.fence_check = Some(check);
+        if settled {
+            self.fence_decide(now);
+        }
     }
 
     fn fence_decide(&mut self, now: u64) {
         let Some(check) = self.fence_check.take() else {
             return;
         };
+        let fence = !check.majority(self.cfg.addr);
         let reached = check.acks.len() + 1;
-        let quorum = check.members.div_ceil(2);
-        let fence = reached < quorum;
         if fence != self.fenced {
             self.fenced = fence;
             if fence {
                 self.counters.fences += 1;
                 warn!(
                     reached,
-                    members = check.members,
-                    "self-fence: minority side, stop answering"
+                    pinged = check.sampled,
+                    speakers = check.population,
+                    "self-fence: no majority of the speakers answers, stop answering"
                 );
             } else {
-                info!(reached, members = check.members, "self-fence lifted");
+                info!(
+                    reached,
+                    pinged = check.sampled,
+                    speakers = check.population,
+                    "self-fence lifted"
+                );
             }
             self.outputs.push(Output::Event(Event::Fence(fence)));
         }
-        if self.fenced {
+        self.fence_next = if self.fenced {
             let again = u64::try_from(self.cfg.fence_recheck.as_nanos()).unwrap_or(u64::MAX);
-            self.fence_next = Some(now.saturating_add(again));
+            Some(now.saturating_add(again))
+        } else {
+            None
+        };
+        // after the fence: a shrink held for the check goes out now
+        self.publish_live();
+    }
+
+    fn publish_live(&mut self) {
+        if self.wanted_live != self.live {
+            self.live = self.wanted_live.clone();
+            self.outputs
+                .push(Output::Event(Event::LiveChanged(self.live.clone())));
         }
     }
 
@@ -1601,7 +1801,9 @@ impl Core {
                 // a ping meant for another process of this node (the one
                 // before a restart) is not ours to answer: the asker must
                 // learn that that process is gone
-                if target_generation != self.foca.identity().generation {
+                if target_generation != self.foca.identity().generation
+                    && target_generation != ANY_GENERATION
+                {
                     self.counters.unknown_sender += 1;
                     return;
                 }
@@ -1627,10 +1829,25 @@ impl Core {
                         target: relay.target,
                     };
                     self.send_control(relay.requester, &reply);
-                } else if let Some(check) = &mut self.fence_check
-                    && check.ids.remove(&id)
+                } else if let Some(owner) = self
+                    .confirmations
+                    .iter()
+                    .find(|(_, c)| c.direct && c.ids.contains(&id))
+                    .map(|(name, c)| (name.clone(), c.owner.generation))
                 {
-                    check.acks.insert(from.name);
+                    // the owner itself answered a direct ping
+                    if from.name == owner.0 && from.generation == owner.1 {
+                        self.on_probe_reply(id, &owner.0, now);
+                    } else {
+                        self.counters.unknown_sender += 1;
+                    }
+                } else if let Some(check) = &mut self.fence_check
+                    && let Some(addr) = check.ids.remove(&id)
+                {
+                    check.acks.insert(addr);
+                    if check.majority(self.cfg.addr) {
+                        self.fence_decide(now);
+                    }
                 }
             }
             Control::Sync {

@@ -238,6 +238,7 @@ impl Task {
         let mut buf = vec![0u8; MAX_DATAGRAM + 1];
         let seeds = self.seeds.borrow_and_update().clone();
         let now = self.now();
+        self.core.set_peers(seeds.iter().copied());
         self.core.join(&seeds, now);
         self.flush();
         let mut rejoin = tokio::time::interval(self.rejoin_interval);
@@ -289,6 +290,8 @@ impl Task {
                 },
                 changed = self.seeds.changed() => {
                     if changed.is_ok() {
+                        let peers = self.seeds.borrow().clone();
+                        self.core.set_peers(peers);
                         self.join_non_members();
                     }
                 }

@@ -162,3 +162,53 @@ fn layer2_shows_the_election_order_and_who_answers() {
         "{t}"
     );
 }
+
+/// Issue 27: a Service whose ingress does not parse as an address gets upstream's
+/// reason (`invalidIP`) on every node, in the BGP section; the explanation does not
+/// drop that section nor claim that no advertisement selects its pool.
+#[test]
+fn an_unparsable_ingress_is_invalid_ip_on_every_node() {
+    let cluster = std::fs::read_to_string(fixtures().join("cluster.yaml")).unwrap();
+    let services = std::fs::read_to_string(fixtures().join("services.yaml"))
+        .unwrap()
+        .replace(
+            "ingress: [{ip: 198.51.100.1}]",
+            "ingress: [{ip: 198.51.100.999}]",
+        );
+    let out = explain(
+        &["demo/web", "-f", "-", "-o", "json"],
+        Some(&format!("{cluster}---\n{services}")),
+    );
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "announced nowhere: {t}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect(&t);
+    let reasons: Vec<(&str, &str)> = v["bgp"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["node"].as_str().unwrap(),
+                n["reason"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            ("edge-1", "invalidIP"),
+            ("edge-2", "invalidIP"),
+            ("worker-1", "invalidIP")
+        ],
+        "{t}"
+    );
+    let warnings = v["warnings"].to_string();
+    assert!(!warnings.contains("nothing announces it"), "{warnings}");
+    assert!(
+        v["bgp"][0]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("198.51.100.999"),
+        "the hint names the address: {t}"
+    );
+}

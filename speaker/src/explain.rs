@@ -228,10 +228,10 @@ pub fn service(
         }
     }
     // Only the modes the Service's pool is advertised in (both when its
-    // addresses are in no pool: the reasons say so).
+    // addresses are in no pool or do not parse: the reasons say so).
     let in_pool = bgp_nodes
         .iter()
-        .all(|n| n.reason.as_deref() != Some("ipNotAllowed"));
+        .all(|n| !matches!(n.reason.as_deref(), Some("ipNotAllowed" | "invalidIP")));
     if in_pool && !bgp_used && (l2_used || !ips.is_empty()) {
         bgp_nodes.clear();
     }
@@ -413,7 +413,13 @@ fn hint(
              controller say why)"
         ),
         Reason::InvalidIp => format!(
-            "Service {key} status.loadBalancer.ingress holds an address that does not parse"
+            "Service {key} status.loadBalancer.ingress holds an address that does not parse \
+             ({}): the speakers announce it nowhere until its status is fixed",
+            ips.iter()
+                .filter(|i| i.parse::<IpAddr>().is_err())
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         Reason::IpNotAllowed => format!(
             "no single IPAddressPool holds every address of {key} ({}): check the pools' \

@@ -6,9 +6,12 @@
 //! changed.
 //!
 //! With membership on, the set follows the membership protocol's live set
-//! ([`Liveness::membership`]), except while this node is self-fenced
-//! ([`Liveness::set_fenced`]): then it is empty, so this node wins no election
-//! and answers for nothing until the fence lifts.
+//! ([`Liveness::membership`]), except while this node is self-fenced (the
+//! protocol's fence watch, or [`Liveness::set_fenced`]): then it is empty, so
+//! this node wins no election and answers for nothing until the fence lifts.
+//! Both are read as watches (state, never an event that can be lost): the
+//! protocol raises the fence before it publishes a live set it may not win
+//! from, so the set read is never one it should not act on.
 
 use std::collections::BTreeSet;
 
@@ -21,8 +24,11 @@ pub type LiveSender = watch::Sender<Option<BTreeSet<String>>>;
 enum Source {
     /// Sets published on a [`LiveSender`].
     Published(watch::Receiver<Option<BTreeSet<String>>>),
-    /// The membership protocol's live set.
-    Membership(watch::Receiver<BTreeSet<String>>),
+    /// The membership protocol's live set and fence.
+    Membership {
+        live: watch::Receiver<BTreeSet<String>>,
+        fenced: watch::Receiver<bool>,
+    },
 }
 
 /// The loop's half.
@@ -52,10 +58,13 @@ impl Liveness {
     }
 
     /// Membership on: the set is the protocol's live set (this node
-    /// included).
-    pub fn membership(live: watch::Receiver<BTreeSet<String>>) -> Liveness {
+    /// included), empty while the protocol's fence is up.
+    pub fn membership(
+        live: watch::Receiver<BTreeSet<String>>,
+        fenced: watch::Receiver<bool>,
+    ) -> Liveness {
         Liveness {
-            source: Source::Membership(live),
+            source: Source::Membership { live, fenced },
             fenced: false,
         }
     }
@@ -64,16 +73,16 @@ impl Liveness {
     pub fn current(&self) -> Option<BTreeSet<String>> {
         let live = match &self.source {
             Source::Published(rx) => rx.borrow().clone(),
-            Source::Membership(rx) => Some(rx.borrow().clone()),
+            Source::Membership { live, .. } => Some(live.borrow().clone()),
         };
-        if self.fenced {
+        if self.fenced() {
             return Some(BTreeSet::new());
         }
         live
     }
 
-    /// Self-fence on (`true`: answer for nothing) or off. Returns the set
-    /// now.
+    /// Self-fence on (`true`: answer for nothing) or off, besides the
+    /// protocol's own fence. Returns the set now.
     pub fn set_fenced(&mut self, fenced: bool) -> Option<BTreeSet<String>> {
         self.fenced = fenced;
         self.current()
@@ -82,6 +91,10 @@ impl Liveness {
     /// Whether this node is self-fenced.
     pub fn fenced(&self) -> bool {
         self.fenced
+            || match &self.source {
+                Source::Membership { fenced, .. } => *fenced.borrow(),
+                Source::Published(_) => false,
+            }
     }
 
     /// The next set published (several quick ones coalesce into the last);
@@ -93,9 +106,13 @@ impl Liveness {
                 rx.borrow_and_update();
                 gone
             }
-            Source::Membership(rx) => {
-                let gone = rx.changed().await.is_err();
-                rx.borrow_and_update();
+            Source::Membership { live, fenced } => {
+                let gone = tokio::select! {
+                    r = live.changed() => r.is_err(),
+                    r = fenced.changed() => r.is_err(),
+                };
+                live.borrow_and_update();
+                fenced.borrow_and_update();
                 gone
             }
         };
@@ -134,7 +151,8 @@ mod tests {
     #[tokio::test]
     async fn membership_sets_follow_and_the_fence_empties_them() {
         let (tx, rx) = watch::channel(set(&["node-1", "node-2"]).unwrap());
-        let mut l = Liveness::membership(rx);
+        let (_fence_tx, fence_rx) = watch::channel(false);
+        let mut l = Liveness::membership(rx, fence_rx);
         assert_eq!(l.current(), set(&["node-1", "node-2"]));
         tx.send_replace(set(&["node-1"]).unwrap());
         assert_eq!(l.changed().await, set(&["node-1"]));
@@ -144,6 +162,31 @@ mod tests {
         tx.send_replace(set(&["node-1", "node-3"]).unwrap());
         assert_eq!(l.changed().await, set(&[]));
         assert_eq!(l.set_fenced(false), set(&["node-1", "node-3"]));
+        drop(tx);
+        let r = tokio::time::timeout(Duration::from_millis(50), l.changed()).await;
+        assert!(r.is_err(), "a dropped membership must not spin the loop");
+    }
+
+    /// The protocol's fence is a watch: raised, the set is empty at once;
+    /// lowered, the set is back, however many changes came between (a
+    /// lost `Fence(false)` event once left a node answering nothing).
+    #[tokio::test]
+    async fn the_protocol_fence_is_read_as_state() {
+        let (tx, rx) = watch::channel(set(&["node-1", "node-2"]).unwrap());
+        let (fence_tx, fence_rx) = watch::channel(false);
+        let mut l = Liveness::membership(rx, fence_rx);
+        fence_tx.send_replace(true);
+        assert_eq!(l.changed().await, set(&[]));
+        assert!(l.fenced());
+        // the fence goes up before a shrink is published: never the shrink unfenced
+        tx.send_replace(set(&["node-1"]).unwrap());
+        assert_eq!(l.current(), set(&[]));
+        fence_tx.send_replace(false);
+        fence_tx.send_replace(true);
+        fence_tx.send_replace(false);
+        assert_eq!(l.changed().await, set(&["node-1"]));
+        assert!(!l.fenced());
+        drop(fence_tx);
         drop(tx);
         let r = tokio::time::timeout(Duration::from_millis(50), l.changed()).await;
         assert!(r.is_err(), "a dropped membership must not spin the loop");

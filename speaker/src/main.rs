@@ -596,7 +596,7 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
                         {
                             let m = start_membership(&args, &node, bind, key, &registry).await?;
                             wait_joined(&m, &mut seeds_rx).await;
-                            liveness = Liveness::membership(m.live());
+                            liveness = Liveness::membership(m.live(), m.fenced());
                             speaker.set_live(liveness.current());
                             ml = Some(m);
                             all = true;
@@ -761,12 +761,8 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
                                 tracing::info!(watcher, addresses = n, "a speaker watching this one is back: announcing its layer-2 addresses again");
                             }
                         }
-                        if let Some(live) = on_membership(&mut liveness, ev)
-                            && speaker.set_live(live)
-                        {
-                            batch = Some(Batch::All);
-                            break;
-                        }
+                        // the live set and the fence come through `liveness`
+                        on_membership(ev);
                     }
                     r = seeds_rx.changed(), if ml.is_some() => {
                         if r.is_ok()
@@ -871,12 +867,9 @@ async fn wait_joined(
     }
 }
 
-/// Acts on a membership event; returns the live set to use when it changed here (the
-/// membership's own live set arrives through [`Liveness`]).
-fn on_membership(
-    liveness: &mut Liveness,
-    ev: membership::Event,
-) -> Option<Option<std::collections::BTreeSet<String>>> {
+/// Logs a membership event (the live set and the fence, the state, come through
+/// [`Liveness`]'s watches).
+fn on_membership(ev: membership::Event) {
     use membership::Event;
     match ev {
         Event::OwnerDown { node, after_ns } => {
@@ -885,48 +878,43 @@ fn on_membership(
                 detected_after_ms = after_ns / 1_000_000,
                 "owner down (heartbeat lost, no helper reached it): taking over its layer-2 addresses"
             );
-            None
         }
         Event::PathFault { node } => {
             tracing::warn!(
                 owner = node,
                 "heartbeat with the owner lost but another speaker reaches it: path fault, nothing moves"
             );
-            None
         }
         Event::HeartbeatUp { node } => {
             tracing::debug!(owner = node, "heartbeat with the owner up");
-            None
         }
         Event::OwnerBack { node } => {
             tracing::info!(owner = node, "owner back");
-            None
         }
         Event::WatcherUp { node } => {
             tracing::debug!(
                 watcher = node,
                 "heartbeat with a speaker watching this one up"
             );
-            None
         }
         Event::Rejoined { generation } => {
             tracing::warn!(
                 generation,
                 "the other speakers had declared this one down: rejoined"
             );
-            None
         }
         Event::Fence(on) => {
+            // the state itself comes through the membership's fence watch
+            // (`Liveness`); this is the log line
             if on {
                 tracing::warn!(
-                    "fewer than half of the speakers answer: self-fenced, layer-2 addresses are not answered"
+                    "no majority of the speakers answers: self-fenced, layer-2 addresses are not answered"
                 );
             } else {
                 tracing::info!("a majority of the speakers answers again: fence lifted");
             }
-            Some(liveness.set_fenced(on))
         }
-        Event::LiveChanged(_) => None,
+        Event::LiveChanged(_) => {}
     }
 }
 

@@ -64,8 +64,11 @@ impl Sim {
                 cfg.cluster_size = u32::try_from(n).unwrap();
                 tweak(&mut cfg);
                 let key = secret.map(|s| SecretKey::from_secret(s).unwrap());
+                let mut core = Core::new(cfg, key, rng.random());
+                // the speakers' discovery: every Pod is listed
+                core.set_peers((0..n).map(addr));
                 Node {
-                    core: Core::new(cfg, key, rng.random()),
+                    core,
                     addr: addr(i),
                     killed: false,
                     paused: false,
@@ -126,8 +129,10 @@ impl Sim {
         cfg.cluster_size = u32::try_from(self.nodes.len()).unwrap();
         let key = secret.map(|s| SecretKey::from_secret(s).unwrap());
         let seed = self.rng.random();
+        let n = self.nodes.len();
         let node = &mut self.nodes[i];
         node.core = Core::new(cfg, key, seed);
+        node.core.set_peers((0..n).map(addr));
         node.killed = false;
         node.paused = false;
         node.backlog.clear();
