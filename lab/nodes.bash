@@ -93,7 +93,7 @@ nodes_check_host() {
     [ -x "$CNI_BIN_DIR/$t" ] || missing+=("$CNI_BIN_DIR/$t")
   done
   [ ${#missing[@]} -eq 0 ] ||
-    die "--kubelet needs ${missing[*]} (apt-get install containerd runc containernetworking-plugins umoci)"
+    die "--kubelet needs ${missing[*]} (scripts/setup --kubelet installs them)"
   [ -n "$(cgroup_hierarchies)" ] || die "--kubelet: no cgroup v1 hierarchy under /sys/fs/cgroup"
 }
 
