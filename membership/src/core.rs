@@ -53,7 +53,8 @@ pub struct Config {
     /// While a watched owner's heartbeat stays down after a path fault, a
     /// confirmation runs again this often (1 s).
     pub reconfirm_interval: Duration,
-    /// A watched owner that came back after a takeover is confirmed with
+    /// A watched owner that came back after a takeover (the same process
+    /// refuting: a stall or a short cut, not a restart) is confirmed with
     /// more rounds the next time, for this long after it came back (60 s):
     /// 1, 3, then 7 more (at most [`Config::max_damping_rounds`]).
     pub damping_memory: Duration,
@@ -1051,14 +1052,17 @@ impl Core {
         let mut resuspect = Vec::new();
         self.fast_down.retain(|name, down| {
             match state.get(name) {
-                // a new identity: the owner restarted
+                // a new identity: the owner restarted (not a flap: a crash
+                // loop is paced by the kubelet's restart backoff)
                 Some((current, State::Alive | State::Suspect, _)) if *current != down.id => {
-                    back.push(name.clone());
+                    back.push((name.clone(), false));
                     false
                 }
+                // the same process refuted: it was alive all along (a stall,
+                // a short cut): a flap
                 Some((current, State::Alive | State::Suspect, inc)) if *inc > down.incarnation => {
                     if down.heard || down.resuspects >= MAX_RESUSPECTS {
-                        back.push(name.clone());
+                        back.push((name.clone(), true));
                         return false;
                     }
                     // only others' word for it: suspect it again at the newer one
@@ -1092,10 +1096,14 @@ impl Core {
         let memory = u64::try_from(self.cfg.damping_memory.as_nanos()).unwrap_or(u64::MAX);
         self.flaps
             .retain(|_, (_, at)| now.saturating_sub(*at) <= memory);
-        for node in back {
-            let flaps = self.flaps.entry(node.clone()).or_insert((0, now));
-            *flaps = (flaps.0.saturating_add(1), now);
-            info!(%node, flaps = flaps.0, "owner declared down is live again");
+        for (node, flap) in back {
+            if flap {
+                let flaps = self.flaps.entry(node.clone()).or_insert((0, now));
+                *flaps = (flaps.0.saturating_add(1), now);
+                info!(%node, flaps = flaps.0, "owner declared down refuted: live again");
+            } else {
+                info!(%node, "owner declared down restarted: live again");
+            }
             self.outputs.push(Output::Event(Event::OwnerBack { node }));
         }
         let mut live: BTreeSet<String> = self

@@ -928,3 +928,41 @@ fn a_flapping_owner_is_damped() {
         assert!(at - killed_at <= 1_500 * MS, "seed {seed}");
     }
 }
+
+/// Damping counts the same process coming back (a stall, a short cut), not a
+/// restart: an owner killed and restarted again and again is still declared
+/// down within the usual bound each time (a crash loop is paced by the
+/// kubelet's restart backoff; bench-l2 kills the same owner 50 times).
+#[test]
+fn a_restarted_owner_is_not_damped() {
+    let mut sim = watched_cluster(5, 106);
+    for round in 0..4u64 {
+        let killed_at = sim.now;
+        sim.kill(0);
+        sim.run_for(SEC);
+        let (at, _) = sim
+            .first_event(1, killed_at, |e| owner_down(e, &name(0)))
+            .unwrap_or_else(|| panic!("round {round}: declared down"));
+        println!("round {round}: down after {} ms", (at - killed_at) / MS);
+        assert!(
+            at - killed_at <= 500 * MS,
+            "round {round}: {} ms",
+            (at - killed_at) / MS
+        );
+        sim.restart_unjoined(0, 2_000 + round, Some(SECRET));
+        let now = sim.now;
+        sim.nodes[0].core.join(&[addr(1)], now);
+        sim.flush(0);
+        sim.run_for(5 * SEC);
+        assert!(
+            sim.nodes[1].core.live().contains(&name(0)),
+            "round {round}: back"
+        );
+        sim.watch(1, &[0]);
+        sim.run_for(3 * SEC);
+        assert!(
+            sim.nodes[1].core.heartbeat_up(&name(0)),
+            "round {round}: watched again"
+        );
+    }
+}
