@@ -1775,7 +1775,27 @@ impl Core {
                 // only towards a member, at the address we know it by (no
                 // reflection to arbitrary addresses)
                 let known = self.member(&target).map(|m| m.id().addr);
-                if known != Some(target_addr) || self.relays.len() >= MAX_RELAYS {
+                if known != Some(target_addr) {
+                    // A member this node already holds Down there (SWIM got
+                    // there first): it cannot reach it either, and says so at
+                    // once. Silence would leave the asker "unconfirmed", taking
+                    // itself for the one cut off, until its own SWIM catches up.
+                    let down = self.foca.iter_membership_state().any(|m| {
+                        m.state() == State::Down
+                            && m.id().name == target
+                            && m.id().addr == target_addr
+                    });
+                    if down {
+                        let nack = Control::ProbeNack {
+                            from: self.sender(),
+                            id,
+                            target,
+                        };
+                        self.send_control(from_addr, &nack);
+                    }
+                    return;
+                }
+                if self.relays.len() >= MAX_RELAYS {
                     return;
                 }
                 let ping_id: u64 = self.rng.random();
