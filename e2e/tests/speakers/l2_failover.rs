@@ -119,7 +119,19 @@ fn one_answer(sl: &SpeakerLab, ip: &str, mac: &str) -> Result<()> {
     Ok(())
 }
 
-async fn scenario(sl: &mut SpeakerLab) -> Result<()> {
+/// What both scenarios start from: the probe address's Service answered by its owner
+/// (MetalLB's order), whose successor watches it.
+struct Setup {
+    ip_s: String,
+    macs: BTreeMap<String, String>,
+    mac_of: BTreeMap<String, String>,
+    owner: String,
+    client_if: String,
+}
+
+/// A pool, an L2Advertisement and Service `web` at the probe address; waits until its
+/// owner answers alone and node-1 watches it.
+async fn setup(sl: &mut SpeakerLab) -> Result<Setup> {
     let ip = pool_ip(90);
     let ip_s = ip.to_string();
     let macs = node_macs(sl)?;
@@ -161,6 +173,23 @@ async fn scenario(sl: &mut SpeakerLab) -> Result<()> {
         }
     })
     .await?;
+    Ok(Setup {
+        ip_s,
+        macs,
+        mac_of,
+        owner,
+        client_if,
+    })
+}
+
+async fn scenario(sl: &mut SpeakerLab) -> Result<()> {
+    let Setup {
+        ip_s,
+        macs,
+        mac_of,
+        owner,
+        client_if,
+    } = setup(sl).await?;
 
     let mut times = Vec::new();
     for fault in ["SIGKILL", "SIGTERM", "link cut"] {
@@ -329,46 +358,13 @@ async fn an_owner_cut_from_the_speakers_only_stands_down_for_the_whole_cut() -> 
 const FENCE_CUT: usize = 12;
 
 async fn fence_scenario(sl: &mut SpeakerLab) -> Result<()> {
-    let ip = pool_ip(90);
-    let ip_s = ip.to_string();
-    let macs = node_macs(sl)?;
-    let mac_of: BTreeMap<String, String> =
-        macs.iter().map(|(m, n)| (n.clone(), m.clone())).collect();
-    let owner = plan::node_name(OWNER);
-    let client_if = sl.net.net.l2_iface("client").to_owned();
-    sl.net
-        .net
-        .client()
-        .ip(&["route", "add", &format!("{ip_s}/32"), "dev", &client_if])?;
-    sl.apply(
-        "IPAddressPool",
-        "pool",
-        json!({"addresses": [plan::POOL_V4]}),
-    )
-    .await?;
-    sl.apply("L2Advertisement", "l2", json!({})).await?;
-    sl.wait_configuration_valid(WITHIN).await?;
-    let svc = sl.service("web").endpoints(vec![
-        EndpointSpec::ready("node-1"),
-        EndpointSpec::ready("node-3"),
-    ]);
-    sl.create_service(svc, &[ip]).await?;
-    let first = wait_owner(sl, &ip_s, &macs, None).await?;
-    ensure!(
-        first == owner,
-        "the owner is {first}, MetalLB elects {owner}"
-    );
-    wait_until("node-1 watches the owner", WITHIN, || async {
-        let w = counter(sl, 1, "metallb_rs_membership_watched_owners")
-            .await
-            .map_err(|e| format!("{e:#}"))?;
-        if w == 1.0 {
-            Ok(())
-        } else {
-            Err(format!("{w}"))
-        }
-    })
-    .await?;
+    let Setup {
+        ip_s,
+        macs,
+        mac_of,
+        owner,
+        ..
+    } = setup(sl).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let cut = testkit::cut::drop_local_udp(sl.net.net.node(OWNER), 7946)?;
