@@ -28,6 +28,8 @@
 //! - [`Lab::node_network`] / [`NodeNetwork::spawn`]: the node namespaces of the test kit,
 //!   each relaying 127.0.0.1:<API port> to the lab's API server, and a process per node
 //!   (how the speaker will run, one per node, once it exists).
+//! - [`l2bench::L2Lab`]: the layer-2 benchmarks' lab (speakers of either
+//!   implementation with membership, Services written without a controller).
 //! - [`speakers::SpeakerLab`]: a speaker process per node INSIDE its node namespace (API
 //!   relay, the speaker ServiceAccount with the deployed RBAC, a Pod object each), FRR in
 //!   `router` peering with every node (optionally BFD, optionally an iBGP FRR in
@@ -37,6 +39,7 @@
 mod audit;
 pub mod bench;
 pub mod controller;
+pub mod l2bench;
 mod lab;
 pub mod nodes;
 pub mod process;

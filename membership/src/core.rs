@@ -53,6 +53,13 @@ pub struct Config {
     /// While a watched owner's heartbeat stays down after a path fault, a
     /// confirmation runs again this often (1 s).
     pub reconfirm_interval: Duration,
+    /// A watched owner that came back after a takeover (the same process
+    /// refuting: a stall or a short cut, not a restart) is confirmed with
+    /// more rounds the next time, for this long after it came back (60 s):
+    /// 1, 3, then 7 more (at most [`Config::max_damping_rounds`]).
+    pub damping_memory: Duration,
+    /// Most extra confirmation rounds of a flapping owner (7: 700 ms).
+    pub max_damping_rounds: u8,
     /// Self-fence (MetalLB has none; default off).
     pub self_fence: bool,
     /// Time after losing a watcher's heartbeat within which a majority of
@@ -92,6 +99,8 @@ impl Config {
             probe_timeout: Duration::from_millis(100),
             probe_retries: 1,
             reconfirm_interval: Duration::from_secs(1),
+            damping_memory: Duration::from_secs(60),
+            max_damping_rounds: 7,
             self_fence: false,
             fence_window: Duration::from_millis(50),
             fence_recheck: Duration::from_secs(1),
@@ -248,6 +257,9 @@ struct Confirmation {
     /// A helper answered that it could not reach the owner either: this
     /// node is not the one cut off.
     nacked: bool,
+    /// No helper to ask (two members): the owner itself is pinged, and
+    /// its silence counts.
+    direct: bool,
 }
 
 #[derive(Debug)]
@@ -328,6 +340,9 @@ pub struct Core {
     /// Owners declared down on the fast path; live again once they are heard
     /// from (see [`FastDown`]).
     fast_down: BTreeMap<String, FastDown>,
+    /// Owners that came back after a takeover: how many times lately, and
+    /// when last ([`Core::damping_rounds`]).
+    flaps: BTreeMap<String, (u8, u64)>,
     fence_check: Option<FenceCheck>,
     fenced: bool,
     fence_next: Option<u64>,
@@ -520,6 +535,7 @@ impl Core {
             reconfirm: BTreeMap::new(),
             relays: BTreeMap::new(),
             fast_down: BTreeMap::new(),
+            flaps: BTreeMap::new(),
             fence_check: None,
             fenced: false,
             fence_next: None,
@@ -1036,14 +1052,17 @@ impl Core {
         let mut resuspect = Vec::new();
         self.fast_down.retain(|name, down| {
             match state.get(name) {
-                // a new identity: the owner restarted
+                // a new identity: the owner restarted (not a flap: a crash
+                // loop is paced by the kubelet's restart backoff)
                 Some((current, State::Alive | State::Suspect, _)) if *current != down.id => {
-                    back.push(name.clone());
+                    back.push((name.clone(), false));
                     false
                 }
+                // the same process refuted: it was alive all along (a stall,
+                // a short cut): a flap
                 Some((current, State::Alive | State::Suspect, inc)) if *inc > down.incarnation => {
                     if down.heard || down.resuspects >= MAX_RESUSPECTS {
-                        back.push(name.clone());
+                        back.push((name.clone(), true));
                         return false;
                     }
                     // only others' word for it: suspect it again at the newer one
@@ -1074,8 +1093,17 @@ impl Core {
             self.after_foca(result, now);
             return;
         }
-        for node in back {
-            info!(%node, "owner declared down is live again");
+        let memory = u64::try_from(self.cfg.damping_memory.as_nanos()).unwrap_or(u64::MAX);
+        self.flaps
+            .retain(|_, (_, at)| now.saturating_sub(*at) <= memory);
+        for (node, flap) in back {
+            if flap {
+                let flaps = self.flaps.entry(node.clone()).or_insert((0, now));
+                *flaps = (flaps.0.saturating_add(1), now);
+                info!(%node, flaps = flaps.0, "owner declared down refuted: live again");
+            } else {
+                info!(%node, "owner declared down restarted: live again");
+            }
             self.outputs.push(Output::Event(Event::OwnerBack { node }));
         }
         let mut live: BTreeSet<String> = self
@@ -1345,14 +1373,16 @@ impl Core {
             deadline: now,
             last_rx_ns: last_rx,
             nacked: false,
+            direct: false,
         };
         self.confirmations.insert(owner.to_string(), confirmation);
         if !self.probe_round(owner, now) {
-            self.declare_down(owner, now);
+            self.confirmations.remove(owner);
         }
     }
 
-    /// Sends one round of probe requests; false when there is no helper.
+    /// Sends one round of probe requests to helpers, or with no helper (two
+    /// members) a ping to the owner itself; false when the owner is gone.
     fn probe_round(&mut self, owner: &str, now: u64) -> bool {
         let helpers: Vec<SocketAddr> = self
             .foca
@@ -1360,9 +1390,6 @@ impl Core {
             .filter(|m| m.id().name != owner && !self.fast_down.contains_key(&m.id().name))
             .map(|m| m.id().addr)
             .sample(&mut self.rng, self.cfg.probe_helpers);
-        if helpers.is_empty() {
-            return false;
-        }
         let id: u64 = self.rng.random();
         let timeout = u64::try_from(self.cfg.probe_timeout.as_nanos()).unwrap_or(u64::MAX);
         let from = self.sender();
@@ -1372,6 +1399,17 @@ impl Core {
         confirmation.ids.push(id);
         confirmation.round += 1;
         confirmation.deadline = now.saturating_add(timeout);
+        if helpers.is_empty() {
+            confirmation.direct = true;
+            let (addr, generation) = (confirmation.owner.addr, confirmation.owner.generation);
+            let ping = Control::Ping {
+                from,
+                id,
+                target_generation: generation,
+            };
+            self.send_control(addr, &ping);
+            return true;
+        }
         let control = Control::ProbeRequest {
             from,
             id,
@@ -1385,15 +1423,35 @@ impl Core {
         true
     }
 
+    /// Extra confirmation rounds for an owner that came back after a
+    /// takeover within [`Config::damping_memory`]: 2^flaps - 1, capped.
+    fn damping_rounds(&self, owner: &str, now: u64) -> u8 {
+        let memory = u64::try_from(self.cfg.damping_memory.as_nanos()).unwrap_or(u64::MAX);
+        match self.flaps.get(owner) {
+            Some((count, at)) if now.saturating_sub(*at) <= memory => {
+                let rounds = (1u32 << u32::from((*count).min(8))) - 1;
+                u8::try_from(rounds)
+                    .unwrap_or(u8::MAX)
+                    .min(self.cfg.max_damping_rounds)
+            }
+            _ => 0,
+        }
+    }
+
     fn confirmation_expired(&mut self, owner: &str, now: u64) {
         let Some(confirmation) = self.confirmations.get(owner) else {
             return;
         };
-        let (round, nacked) = (confirmation.round, confirmation.nacked);
-        if round <= self.cfg.probe_retries && self.probe_round(owner, now) {
+        let (round, nacked, direct) =
+            (confirmation.round, confirmation.nacked, confirmation.direct);
+        let rounds = self
+            .cfg
+            .probe_retries
+            .saturating_add(self.damping_rounds(owner, now));
+        if round <= rounds && self.probe_round(owner, now) {
             return;
         }
-        if nacked {
+        if nacked || direct {
             self.declare_down(owner, now);
         } else {
             self.unconfirmed(owner, now);
@@ -1717,7 +1775,27 @@ impl Core {
                 // only towards a member, at the address we know it by (no
                 // reflection to arbitrary addresses)
                 let known = self.member(&target).map(|m| m.id().addr);
-                if known != Some(target_addr) || self.relays.len() >= MAX_RELAYS {
+                if known != Some(target_addr) {
+                    // A member this node already holds Down there (SWIM got
+                    // there first): it cannot reach it either, and says so at
+                    // once. Silence would leave the asker "unconfirmed", taking
+                    // itself for the one cut off, until its own SWIM catches up.
+                    let down = self.foca.iter_membership_state().any(|m| {
+                        m.state() == State::Down
+                            && m.id().name == target
+                            && m.id().addr == target_addr
+                    });
+                    if down {
+                        let nack = Control::ProbeNack {
+                            from: self.sender(),
+                            id,
+                            target,
+                        };
+                        self.send_control(from_addr, &nack);
+                    }
+                    return;
+                }
+                if self.relays.len() >= MAX_RELAYS {
                     return;
                 }
                 let ping_id: u64 = self.rng.random();
@@ -1779,6 +1857,18 @@ impl Core {
                         target: relay.target,
                     };
                     self.send_control(relay.requester, &reply);
+                } else if let Some(owner) = self
+                    .confirmations
+                    .iter()
+                    .find(|(_, c)| c.direct && c.ids.contains(&id))
+                    .map(|(name, c)| (name.clone(), c.owner.generation))
+                {
+                    // the owner itself answered a direct ping
+                    if from.name == owner.0 && from.generation == owner.1 {
+                        self.on_probe_reply(id, &owner.0, now);
+                    } else {
+                        self.counters.unknown_sender += 1;
+                    }
                 } else if let Some(check) = &mut self.fence_check
                     && let Some(addr) = check.ids.remove(&id)
                 {

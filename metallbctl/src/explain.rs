@@ -60,6 +60,16 @@ struct ServiceArgs {
     #[arg(short, long, value_enum, default_value_t = Output::Text)]
     output: Output,
 
+    /// The speakers taking part in layer-2 elections (node names, comma-separated), as
+    /// their membership sees them. Default: from the cluster, the Nodes whose speaker
+    /// Pod is Ready (`--speaker-labels`); from files, every Node (membership off).
+    #[arg(long, value_delimiter = ',', value_name = "NODES")]
+    live_speakers: Option<Vec<String>>,
+
+    /// Labels of the speaker Pods in `--namespace` (without `-f`).
+    #[arg(long, default_value = "app=metallb,component=speaker")]
+    speaker_labels: String,
+
     /// Deadline of each API request, in seconds (without `-f`).
     #[arg(long, default_value_t = 10)]
     timeout: u64,
@@ -100,6 +110,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         ignore_exclude_lb: args.ignore_exclude_lb,
     };
     let key = format!("{ns}/{name}");
+    let given: Option<std::collections::BTreeSet<String>> = args
+        .live_speakers
+        .as_ref()
+        .map(|v| v.iter().filter(|n| !n.is_empty()).cloned().collect());
     let report = if args.paths.is_empty() {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -113,12 +127,25 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         if live.resources.nodes.is_empty() {
             bail!("the cluster has no Node: explain decides per Node");
         }
+        let speakers = match given {
+            Some(g) => Some(g),
+            None => {
+                let ready = rt.block_on(crate::live::ready_speaker_nodes(
+                    &args.namespace,
+                    &args.speaker_labels,
+                    Duration::from_secs(args.timeout),
+                ))?;
+                // No speaker Pod found (another label, or none runs): every Node.
+                (!ready.is_empty()).then_some(ready)
+            }
+        };
         let explanation = speaker::explain::service(
             &live.resources,
             &key,
             live.service.as_ref(),
             &live.slices,
             &options,
+            speakers.as_ref(),
         );
         Report {
             explanation,
@@ -133,6 +160,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 svc.as_deref(),
                 &slices,
                 &options,
+                given.as_ref(),
             ),
             reported: None,
         }

@@ -279,3 +279,31 @@ pub async fn read(
 fn arcs<T>(v: Vec<T>) -> Vec<Arc<T>> {
     v.into_iter().map(Arc::new).collect()
 }
+
+/// The Nodes whose speaker Pod (`labels` in `metallb_ns`) is Ready: the speakers
+/// taking part in layer-2 elections as far as the API server can tell (a speaker
+/// joins the membership once it can announce, and its readiness follows).
+pub async fn ready_speaker_nodes(
+    metallb_ns: &str,
+    labels: &str,
+    timeout: Duration,
+) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    let client = client(timeout).await?;
+    let pods = list(
+        Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client, metallb_ns),
+        "the speaker Pods",
+        &ListParams::default().labels(labels),
+        timeout,
+    )
+    .await?;
+    Ok(pods
+        .into_iter()
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .filter_map(|p| p.spec?.node_name)
+        .collect())
+}

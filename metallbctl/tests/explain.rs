@@ -162,3 +162,95 @@ fn layer2_shows_the_election_order_and_who_answers() {
         "{t}"
     );
 }
+
+/// Issue 27: a Service whose ingress does not parse as an address gets upstream's
+/// reason (`invalidIP`) on every node, in the BGP section; the explanation does not
+/// drop that section nor claim that no advertisement selects its pool.
+#[test]
+fn an_unparsable_ingress_is_invalid_ip_on_every_node() {
+    let cluster = std::fs::read_to_string(fixtures().join("cluster.yaml")).unwrap();
+    let services = std::fs::read_to_string(fixtures().join("services.yaml"))
+        .unwrap()
+        .replace(
+            "ingress: [{ip: 198.51.100.1}]",
+            "ingress: [{ip: 198.51.100.999}]",
+        );
+    let out = explain(
+        &["demo/web", "-f", "-", "-o", "json"],
+        Some(&format!("{cluster}---\n{services}")),
+    );
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "announced nowhere: {t}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect(&t);
+    let reasons: Vec<(&str, &str)> = v["bgp"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["node"].as_str().unwrap(),
+                n["reason"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            ("edge-1", "invalidIP"),
+            ("edge-2", "invalidIP"),
+            ("worker-1", "invalidIP")
+        ],
+        "{t}"
+    );
+    let warnings = v["warnings"].to_string();
+    assert!(!warnings.contains("nothing announces it"), "{warnings}");
+    assert!(
+        v["bgp"][0]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("198.51.100.999"),
+        "the hint names the address: {t}"
+    );
+}
+
+/// Issue 27: layer 2 with `--live-speakers`: the election holds only the live
+/// speakers, so when the first of MetalLB's order is not live the next one answers,
+/// and the node left out says why. Without the flag every Node counts (membership off).
+#[test]
+fn layer2_elects_among_the_live_speakers_given() {
+    use sha2::{Digest, Sha256};
+    let mut want = ["edge-1", "edge-2"];
+    want.sort_by_key(|n| Sha256::digest(format!("{n}#198.51.100.5")).to_vec());
+    let live = format!("{},worker-1", want[1]);
+    let out = explain(
+        &[
+            "demo/web",
+            "-f",
+            "../explain-l2",
+            "-o",
+            "json",
+            "--live-speakers",
+            &live,
+        ],
+        None,
+    );
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect(&t);
+    let order: Vec<&str> = v["l2"]["election"]["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["node"].as_str().unwrap())
+        .collect();
+    assert_eq!(order, [want[1]], "{t}");
+    for n in v["l2"]["nodes"].as_array().unwrap() {
+        let node = n["node"].as_str().unwrap();
+        if node == want[1] {
+            assert_eq!(n["announced"], true, "{n}");
+        } else if node == want[0] {
+            assert_eq!(n["announced"], false, "{n}");
+            assert!(n["hint"].as_str().unwrap().contains("is not live"), "{n}");
+        }
+    }
+}

@@ -7,10 +7,11 @@
 //!
 //! Both modes: BGP (what each node sends to which BGPPeer) and layer 2 (the
 //! election order every speaker computes, with scores, and the interfaces).
-//! Layer 2 assumes every Node runs a live speaker (membership as the
-//! speakers see it is not in the objects).
+//! Layer 2 takes the live speakers as given (`live`: `metallbctl explain
+//! --live-speakers`, or the Nodes whose speaker Pod is Ready), or every Node
+//! when not given (membership off, as MetalLB's "memberlist disabled").
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -113,13 +114,15 @@ pub struct PeerRoute {
 }
 
 /// Explains `svc` (`namespace/name`; `None`: it does not exist) on every
-/// Node of `resources`, with the Service's EndpointSlices `slices`.
+/// Node of `resources`, with the Service's EndpointSlices `slices`; `live`:
+/// the speakers taking part in layer-2 elections (`None`: every Node).
 pub fn service(
     resources: &Resources,
     key: &str,
     svc: Option<&Service>,
     slices: &[Arc<EndpointSlice>],
     options: &Options,
+    live: Option<&BTreeSet<String>>,
 ) -> Explanation {
     let ips = svc
         .and_then(|s| s.status.as_ref()?.load_balancer.as_ref()?.ingress.clone())
@@ -167,7 +170,7 @@ pub fn service(
             &facts.name,
             l2::Cluster {
                 nodes: &facts_all,
-                live: None,
+                live,
             },
             svc,
             slices,
@@ -184,7 +187,16 @@ pub fn service(
         if election.is_none() {
             election = d.election.clone();
         }
-        l2_nodes.push(node_l2(&d, &config, &facts, svc, key, &ips, options));
+        let mut l2_node = node_l2(&d, &config, &facts, svc, key, &ips, options);
+        if !l2_node.announced && live.is_some_and(|l| !l.contains(&facts.name)) {
+            let more = l2_node.hint.take().unwrap_or_default();
+            l2_node.hint = Some(format!(
+                "the speaker of node {} is not live (not a member of the speakers' \
+                 membership): no candidate; {more}",
+                facts.name
+            ));
+        }
+        l2_nodes.push(l2_node);
         let (specs, _skipped) = sessions::sessions(&config, &facts);
         let running: Vec<String> = specs.keys().cloned().collect();
         match bgp::decide(&config, &facts, svc, slices, options) {
@@ -228,10 +240,10 @@ pub fn service(
         }
     }
     // Only the modes the Service's pool is advertised in (both when its
-    // addresses are in no pool: the reasons say so).
+    // addresses are in no pool or do not parse: the reasons say so).
     let in_pool = bgp_nodes
         .iter()
-        .all(|n| n.reason.as_deref() != Some("ipNotAllowed"));
+        .all(|n| !matches!(n.reason.as_deref(), Some("ipNotAllowed" | "invalidIP")));
     if in_pool && !bgp_used && (l2_used || !ips.is_empty()) {
         bgp_nodes.clear();
     }
@@ -413,7 +425,13 @@ fn hint(
              controller say why)"
         ),
         Reason::InvalidIp => format!(
-            "Service {key} status.loadBalancer.ingress holds an address that does not parse"
+            "Service {key} status.loadBalancer.ingress holds an address that does not parse \
+             ({}): the speakers announce it nowhere until its status is fixed",
+            ips.iter()
+                .filter(|i| i.parse::<IpAddr>().is_err())
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         Reason::IpNotAllowed => format!(
             "no single IPAddressPool holds every address of {key} ({}): check the pools' \

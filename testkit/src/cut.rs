@@ -236,6 +236,32 @@ pub fn drop_forwarded_udp(ns: &Netns, port: u16) -> Result<Cut> {
     Ok(cut)
 }
 
+/// Silently drops every UDP datagram to or from `port` that `ns` itself
+/// receives or sends (an `inet` table with `input` and `output` hooks): for
+/// the membership protocol (7946), a node cut from the other speakers while
+/// its clients, the router and the API server still reach it.
+pub fn drop_local_udp(ns: &Netns, port: u16) -> Result<Cut> {
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let mut cut = new_cut(ns, "inet", format!("UDP port {port} in {}", ns.name()));
+    ns.run("nft", &[format!("add table inet {TABLE}")])?;
+    for (chain, hook) in [("local_in", "input"), ("local_out", "output")] {
+        ns.run(
+            "nft",
+            &[format!(
+                "add chain inet {TABLE} {chain} {{ type filter hook {hook} priority {PRIORITY}; policy accept; }}"
+            )],
+        )?;
+        for rule in [
+            format!("udp dport {port} drop"),
+            format!("udp sport {port} drop"),
+        ] {
+            let h = add_rule(ns, "inet", chain, &rule, id)?;
+            cut.rules.push((chain.to_string(), h));
+        }
+    }
+    Ok(cut)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

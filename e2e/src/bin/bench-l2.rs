@@ -25,23 +25,19 @@
 //! path faults and owner changes of every Service address: none is expected.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use e2e::Lab;
 use e2e::bench::Impl as Kind;
-use e2e::{Lab, NodeNetwork};
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::networking::v1::ServiceCIDR;
-use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use e2e::l2bench::{L2Lab, with_service_cidr};
 use serde_json::{Value, json};
+use testkit::plan;
 use testkit::process::Signal;
-use testkit::{LabOptions, NsChild, plan};
 
 const USAGE: &str = "\
 usage: bench-l2 [--impl ours|metallb|both] [--speakers 3,20] [--faults N]
@@ -67,8 +63,6 @@ const SERVICE_CIDR: &str = "bench-l2";
 const SERVICE_CIDR_RANGE: &str = "198.18.144.0/20";
 /// The address whose owner is faulted.
 const PROBE: &str = "198.51.100.90";
-/// The labels of the speaker Pods (MetalLB's manifests'), `--ml-labels`.
-const ML_LABELS: &str = "app=metallb,component=speaker";
 /// Longest failover waited for (MetalLB's memberlist takes about 5-7 s for a crash).
 const FAILOVER_TIMEOUT: Duration = Duration::from_secs(40);
 
@@ -180,24 +174,10 @@ fn main() {
 async fn run() -> Result<()> {
     let lab = Lab::connect().await?;
     let opts = parse_opts(lab.repo())?;
-    // The lab's cluster IPs (203.0.113.128/25) hold 126 Services: an extra ServiceCIDR
-    // from the benchmark range for the run's Services (API objects only: nothing routes
-    // cluster IPs in the lab). Removed at the end.
-    let cidrs = Api::<ServiceCIDR>::all(lab.client.clone());
-    if cidrs.get_opt(SERVICE_CIDR).await?.is_none() {
-        cidrs
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({
-                    "metadata": {"name": SERVICE_CIDR},
-                    "spec": {"cidrs": [SERVICE_CIDR_RANGE]},
-                }))?,
-            )
-            .await?;
-    }
-    let result = run_all(&lab, &opts).await;
-    let _ = cidrs.delete(SERVICE_CIDR, &DeleteParams::default()).await;
-    result
+    with_service_cidr(&lab, SERVICE_CIDR, SERVICE_CIDR_RANGE, async || {
+        run_all(&lab, &opts).await
+    })
+    .await
 }
 
 async fn run_all(lab: &Lab, opts: &Opts) -> Result<()> {
@@ -231,19 +211,20 @@ async fn run_all(lab: &Lab, opts: &Opts) -> Result<()> {
     Ok(())
 }
 
-struct Bench<'a> {
-    lab: &'a Lab,
-    kind: Kind,
-    nodes: usize,
-    bin: PathBuf,
-    net: NodeNetwork,
-    cfg_ns: String,
-    svc_ns: String,
-    dir: PathBuf,
-    kubeconfig: PathBuf,
-    speakers: Vec<Option<NsChild>>,
-    macs: BTreeMap<String, usize>,
-    client_if: String,
+/// One implementation's lab: [`L2Lab`] and this benchmark's faults.
+struct Bench<'a>(L2Lab<'a>);
+
+impl<'a> std::ops::Deref for Bench<'a> {
+    type Target = L2Lab<'a>;
+    fn deref(&self) -> &L2Lab<'a> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Bench<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
 }
 
 async fn bench(
@@ -254,103 +235,9 @@ async fn bench(
     opts: &Opts,
     soak: u64,
 ) -> Result<Value> {
-    let waiting = Instant::now();
-    let net = loop {
-        let o = LabOptions { nodes, far: false };
-        match tokio::task::block_in_place(|| lab.node_network(&o)) {
-            Ok(n) => break n,
-            Err(e)
-                if format!("{e:#}").contains("is still held")
-                    && waiting.elapsed() < Duration::from_secs(1800) =>
-            {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            Err(e) => return Err(e),
-        }
-    };
-    // Nodes this run adds to the lab (beyond its usual ones) go again at the end.
-    let node_api = Api::<k8s_openapi::api::core::v1::Node>::all(lab.client.clone());
-    let mut added = Vec::new();
-    for n in 1..=nodes {
-        let name = plan::node_name(n);
-        if node_api.get_opt(&name).await?.is_none() {
-            added.push(name);
-        }
-    }
-    e2e::speakers::ensure_nodes(lab, nodes).await?;
-    let suffix = e2e::unique_suffix();
-    let cfg_ns = format!("bench-l2-{}-cfg-{suffix}", kind.name());
-    let svc_ns = format!("bench-l2-{}-svc-{suffix}", kind.name());
-    let dir = std::env::temp_dir().join(format!("bench-l2-{}-{nodes}-{suffix}", kind.name()));
-    std::fs::create_dir_all(dir.join("memberlist"))?;
-    eprintln!("bench-l2: logs in {}", dir.display());
-    let nsapi = Api::<Namespace>::all(lab.client.clone());
-    for ns in [&cfg_ns, &svc_ns] {
-        nsapi
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
-            )
-            .await?;
-    }
-    let mut macs = BTreeMap::new();
-    for n in 1..=nodes {
-        let node = plan::node_name(n);
-        let iface = net.net.l2_iface(&node).to_owned();
-        macs.insert(net.net.node(n).mac(&iface)?.to_ascii_lowercase(), n);
-    }
-    let client_if = net.net.l2_iface("client").to_owned();
-    let mut b = Bench {
-        lab,
-        kind,
-        nodes,
-        bin: bin.to_path_buf(),
-        net,
-        cfg_ns: cfg_ns.clone(),
-        svc_ns: svc_ns.clone(),
-        dir,
-        kubeconfig: PathBuf::new(),
-        speakers: (0..nodes).map(|_| None).collect(),
-        macs,
-        client_if,
-    };
+    let mut b = Bench(L2Lab::up(lab, "bench-l2", kind, nodes, bin).await?);
     let result = b.run(opts, soak).await;
-    for s in b.speakers.iter_mut().flatten() {
-        let _ = s.stop_with(Signal::KILL, Duration::from_secs(5));
-    }
-    let _ = Api::<ClusterRoleBinding>::all(lab.client.clone())
-        .delete(&format!("bench:{cfg_ns}:speaker"), &DeleteParams::default())
-        .await;
-    let pods = Api::<Pod>::namespaced(lab.client.clone(), &cfg_ns);
-    for n in 1..=nodes {
-        let _ = pods
-            .delete(
-                &format!("speaker-{}", plan::node_name(n)),
-                &DeleteParams {
-                    grace_period_seconds: Some(0),
-                    ..Default::default()
-                },
-            )
-            .await;
-    }
-    for ns in [&svc_ns, &cfg_ns] {
-        let _ = nsapi.delete(ns, &DeleteParams::default()).await;
-    }
-    for name in &added {
-        let _ = node_api.delete(name, &DeleteParams::default()).await;
-    }
-    // Their Services hold cluster IPs until the namespaces are gone.
-    let deadline = Instant::now() + Duration::from_secs(240);
-    while Instant::now() < deadline {
-        let left =
-            nsapi.get_opt(&svc_ns).await?.is_some() || nsapi.get_opt(&cfg_ns).await?.is_some();
-        if !left {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let Bench { net, .. } = b;
-    tokio::task::block_in_place(move || drop(net));
+    b.0.down().await;
     result
 }
 
@@ -372,321 +259,14 @@ fn stats(v: &[Duration]) -> Value {
 }
 
 impl Bench<'_> {
-    fn metallb(&self, kind: &str) -> Api<DynamicObject> {
-        self.lab.metallb(&self.lab.client, &self.cfg_ns, kind)
-    }
-
-    async fn create_metallb(&self, kind: &str, name: &str, spec: Value) -> Result<()> {
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "metallb.io/v1beta1",
-            "kind": kind,
-            "metadata": {"name": name, "namespace": self.cfg_ns},
-            "spec": spec,
-        }))?;
-        self.metallb(kind)
-            .create(&PostParams::default(), &obj)
-            .await
-            .with_context(|| format!("creating {kind} {name}"))?;
-        Ok(())
-    }
-
-    /// The speakers' ServiceAccount, bound to cluster-admin (the same rights for both
-    /// implementations), and a kubeconfig with its token.
-    async fn account(&mut self) -> Result<()> {
-        let name = "speaker";
-        Api::<ServiceAccount>::namespaced(self.lab.client.clone(), &self.cfg_ns)
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": name}}))?,
-            )
-            .await?;
-        Api::<ClusterRoleBinding>::all(self.lab.client.clone())
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({
-                    "metadata": {"name": format!("bench:{}:{name}", self.cfg_ns)},
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-                    "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": self.cfg_ns}],
-                }))?,
-            )
-            .await?;
-        let user = format!("system:serviceaccount:{}:{name}", self.cfg_ns);
-        self.lab.wait_allowed(&user, "list", "pods", None).await?;
-        self.kubeconfig = self
-            .lab
-            .service_account_kubeconfig(&self.dir, &self.cfg_ns, name)
-            .await?;
-        Ok(())
-    }
-
-    fn start_speaker(&mut self, n: usize) -> Result<()> {
-        let node = plan::node_name(n);
-        let pod = format!("speaker-{node}");
-        let ip = plan::node_v4(n).to_string();
-        let key_dir = self.dir.join("memberlist");
-        let key_dir = key_dir.to_str().context("path")?;
-        let kc = self.kubeconfig.to_str().context("path")?;
-        let ns = self.net.net.node(n);
-        let mut cmd = ns.command(&self.bin);
-        let ml = [
-            "--ml-bindaddr",
-            &ip,
-            "--ml-labels",
-            ML_LABELS,
-            "--ml-secret-key-path",
-            key_dir,
-        ];
-        match self.kind {
-            Kind::Ours => {
-                cmd.args([
-                    "--log-format",
-                    "text",
-                    "--node-name",
-                    &node,
-                    "--health-probe-port",
-                    "7473",
-                    "--port",
-                    "7472",
-                    "--metrics-bind-address",
-                    "127.0.0.1",
-                    "--metrics-insecure-http",
-                    "--log-level",
-                    "info",
-                ]);
-            }
-            Kind::Metallb => {
-                cmd.args([
-                    "--node-name",
-                    &node,
-                    "--pod-name",
-                    &pod,
-                    "--namespace",
-                    &self.cfg_ns,
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    "7472",
-                    "--log-level",
-                    "info",
-                ]);
-                cmd.env("METALLB_BGP_TYPE", "native");
-            }
-        }
-        cmd.args(ml)
-            .env("KUBECONFIG", kc)
-            .env("METALLB_NAMESPACE", &self.cfg_ns)
-            .env("METALLB_POD_NAME", &pod)
-            .env("METALLB_NODE_NAME", &node);
-        let log = self.dir.join(format!("speaker-{node}.log"));
-        let child =
-            NsChild::spawn_logged(cmd, &log).with_context(|| format!("speaker in {node}"))?;
-        self.speakers[n - 1] = Some(child);
-        Ok(())
-    }
-
-    fn speaker_log(&self, n: usize) -> String {
-        let log = self.dir.join(format!("speaker-{}.log", plan::node_name(n)));
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
-    }
-
-    async fn create_slice(&self, name: &str, node: usize) -> Result<()> {
-        let slice: EndpointSlice = serde_json::from_value(json!({
-            "metadata": {"generateName": format!("{name}-"), "namespace": self.svc_ns,
-                         "labels": {"kubernetes.io/service-name": name,
-                                    "endpointslice.kubernetes.io/managed-by": "bench-l2.metallb-rs.io"}},
-            "addressType": "IPv4",
-            "endpoints": [{"addresses": [plan::node_v4(node).to_string()],
-                           "conditions": {"ready": true, "serving": true, "terminating": false},
-                           "nodeName": plan::node_name(node)}],
-            "ports": [{"name": "tcp-80", "protocol": "TCP", "port": 8080}],
-        }))?;
-        Api::<EndpointSlice>::namespaced(self.lab.client.clone(), &self.svc_ns)
-            .create(&PostParams::default(), &slice)
-            .await
-            .with_context(|| format!("EndpointSlice for {name}"))?;
-        Ok(())
-    }
-
-    /// A LoadBalancer Service with `ip` as its ingress (the controller's write, done
-    /// here: no controller runs).
-    async fn create_service(&self, name: &str, ip: &str, node: usize) -> Result<()> {
-        let api = Api::<Service>::namespaced(self.lab.client.clone(), &self.svc_ns);
-        let svc: Service = serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": self.svc_ns},
-            "spec": {"type": "LoadBalancer", "selector": {"app": name},
-                     "ports": [{"name": "tcp-80", "protocol": "TCP", "port": 80, "targetPort": 8080}]},
-        }))?;
-        api.create(&PostParams::default(), &svc)
-            .await
-            .with_context(|| format!("Service {name}"))?;
-        self.create_slice(name, node).await?;
-        api.patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": ip}]}}})),
-        )
-        .await
-        .with_context(|| format!("ingress of Service {name}"))?;
-        Ok(())
-    }
-
-    /// The nodes whose MACs answer ARP requests from the client for `ip` within 1 s
-    /// (every reply counted, not the first).
-    fn arp_owners(&self, ip: &str) -> Result<Vec<usize>> {
-        let replies = self.net.net.client().arp_replies(
-            &self.client_if,
-            Some(plan::CLIENT_V4),
-            ip.parse()?,
-            1,
-        )?;
-        let mut owners: Vec<usize> = replies
-            .iter()
-            .filter_map(|mac| self.macs.get(mac).copied())
-            .collect();
-        owners.sort_unstable();
-        owners.dedup();
-        Ok(owners)
-    }
-
-    /// Waits until exactly one node answers `ip`, the same one in 4 answers in a row
-    /// (about 2 s: a speaker that has just (re)joined may still move the address);
-    /// returns it.
-    async fn owner(&self, ip: &str, timeout: Duration) -> Result<usize> {
-        let deadline = Instant::now() + timeout;
-        let mut streak: Option<(usize, u32)> = None;
-        loop {
-            let o = tokio::task::block_in_place(|| self.arp_owners(ip))?;
-            streak = match (o.as_slice(), streak) {
-                ([one], Some((n, k))) if *one == n => Some((n, k + 1)),
-                ([one], _) => Some((*one, 1)),
-                _ => None,
-            };
-            if let Some((n, 4)) = streak {
-                return Ok(n);
-            }
-            if Instant::now() > deadline {
-                bail!("{ip} is not answered by one stable node after {timeout:?} (last: {o:?})");
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    }
-
-    /// The client's neighbour entry for `ip` (lower-case MAC).
-    fn neighbour(&self, ip: &str) -> Result<Option<String>> {
-        let v = self.net.net.client().ip_json(&["neigh", "show", ip])?;
-        Ok(v.as_array()
-            .and_then(|a| a.first())
-            .and_then(|e| e["lladdr"].as_str())
-            .map(str::to_ascii_lowercase))
-    }
-
-    /// Makes the client resolve `ip` (a datagram) until its entry holds node `n`'s MAC.
-    async fn resolve(&self, ip: &str, n: usize) -> Result<()> {
-        let want = self
-            .macs
-            .iter()
-            .find(|(_, v)| **v == n)
-            .map(|(m, _)| m.clone())
-            .context("mac")?;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            // An entry on another MAC may stay until it goes stale: start afresh.
-            if self.neighbour(ip)?.is_some_and(|m| m != want) {
-                let _ = self
-                    .net
-                    .net
-                    .client()
-                    .ip(&["neigh", "del", ip, "dev", &self.client_if]);
-            }
-            tokio::task::block_in_place(|| {
-                let _ = self.net.net.client().output(
-                    "bash",
-                    &["-c", &format!("echo x > /dev/udp/{ip}/9; sleep 0.1")],
-                );
-            });
-            if self.neighbour(ip)?.as_deref() == Some(want.as_str()) {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!("the client does not resolve {ip} to node-{n}");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// UDP datagrams sent by node `n`'s namespace so far.
-    fn udp_out(&self, n: usize) -> Result<u64> {
-        let out = self.net.net.node(n).output("cat", &["/proc/net/snmp"])?;
-        let lines: Vec<&str> = out
-            .stdout
-            .lines()
-            .filter(|l| l.starts_with("Udp:"))
-            .collect();
-        ensure!(lines.len() >= 2, "no Udp lines in /proc/net/snmp");
-        let names: Vec<&str> = lines[0].split_whitespace().collect();
-        let vals: Vec<&str> = lines[1].split_whitespace().collect();
-        let i = names
-            .iter()
-            .position(|n| *n == "OutDatagrams")
-            .context("OutDatagrams")?;
-        Ok(vals[i].parse()?)
-    }
-
     async fn run(&mut self, opts: &Opts, soak: u64) -> Result<Value> {
         let mut figures = serde_json::Map::new();
-        self.account().await?;
-        // MetalLB's memberlist Secret: 22 base64 characters.
-        let mut key = [0u8; 16];
-        std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
-        let key: String = key.iter().map(|b| format!("{b:02x}")).collect();
-        std::fs::write(self.dir.join("memberlist/secretkey"), &key[..22])?;
-        let pods = Api::<Pod>::namespaced(self.lab.client.clone(), &self.cfg_ns);
-        for n in 1..=self.nodes {
-            let name = format!("speaker-{}", plan::node_name(n));
-            let pod: Pod = serde_json::from_value(json!({
-                "metadata": {"name": name, "namespace": self.cfg_ns,
-                             "labels": {"app": "metallb", "component": "speaker"}},
-                "spec": {"nodeName": plan::node_name(n), "hostNetwork": true,
-                         "terminationGracePeriodSeconds": 0,
-                         "serviceAccountName": "speaker", "automountServiceAccountToken": false,
-                         "containers": [{"name": "speaker", "image": "bench.invalid/speaker"}]},
-            }))?;
-            pods.create(&PostParams::default(), &pod).await?;
-            let ip = plan::node_v4(n).to_string();
-            pods.patch_status(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(
-                    json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
-                    "conditions": [{"type": "Ready", "status": "True"}]}}),
-                ),
-            )
-            .await?;
-        }
-        self.create_metallb(
-            "IPAddressPool",
-            "pool",
-            json!({"addresses": [plan::POOL_V4]}),
-        )
-        .await?;
-        self.create_metallb("L2Advertisement", "l2", json!({}))
-            .await?;
-        let client = self.net.net.client();
-        client.ip(&["route", "add", "198.51.100.0/24", "dev", &self.client_if])?;
         // The probe first, then the others (198.51.100.100 on).
         let mut ips = vec![PROBE.to_owned()];
         for i in 0..opts.services.saturating_sub(1) {
             ips.push(format!("198.51.100.{}", 100 + i));
         }
-        for (i, ip) in ips.iter().enumerate() {
-            self.create_service(&format!("svc-{i}"), ip, 1 + i % self.nodes)
-                .await?;
-        }
-        for n in 1..=self.nodes {
-            self.start_speaker(n)?;
-        }
+        self.deploy(&ips).await?;
         let started = Instant::now();
         let first = self.owner(PROBE, Duration::from_secs(120)).await?;
         eprintln!(

@@ -512,7 +512,13 @@ async fn controller_meets_the_restricted_pod_security_standard() -> Result<()> {
                 None,
             )
             .await?;
-        let mut obj: Value = serde_json::from_str(&json)?;
+        // The workload of the file (controller.yaml also holds the controller's Lease).
+        let mut obj: Value = serde_json::Deserializer::from_str(&json)
+            .into_iter::<Value>()
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .find(|o| matches!(o["kind"].as_str(), Some("Deployment" | "DaemonSet")))
+            .with_context(|| format!("no Deployment or DaemonSet in {file}"))?;
         obj["metadata"]["namespace"] = Value::String(ns.name.clone());
         let out = lab
             .kubectl(

@@ -1,0 +1,998 @@
+//! bench-l2-faults: the layer-2 fault suite of issue 24 (BENCHMARKS.md, "Speaker:
+//! layer-2 faults"), with MetalLB's own speaker (v0.15.2, memberlist on) as the anchor
+//! on the same lab, nodes, Services and faults.
+//!
+//! For each implementation (ours without and, with `--fence`, with `--ml-self-fence`;
+//! MetalLB) it brings up N speakers with membership as deployed and a few L2 Services
+//! ([`e2e::l2bench::L2Lab`]), then runs a prober in the client namespace for the
+//! whole run: a thread in that namespace with an `AF_PACKET` socket that every 20 ms
+//! sends one ARP request per Service address and records, per address and 20 ms slot,
+//! EVERY node MAC that answered or claimed the address in that slot (replies, and
+//! gratuitous ARP). A slot with no MAC is dark; one with two or more distinct MACs is
+//! double. A slot whose requests did not go out (the prober was late) is unprobed and
+//! counted in neither.
+//!
+//! Faults (the owner is the node answering 198.51.100.90, the successor the next node
+//! in the election's order for it), each `--rounds` times, with the speakers settled
+//! (every address answered by one node for 3 s) before each round:
+//! - `quiet`: nothing for 10 s (the prober's noise floor);
+//! - `restart-api-away`: the API server SIGSTOPped, the owner's speaker SIGKILLed and
+//!   started again at once, the API server continued 15 s later (issue 24 item 1);
+//! - `partition`: the owner's UDP port 7946 dropped (in and out) for 15 s, its clients
+//!   still reach it (item 2);
+//! - `stall`: the owner's speaker SIGSTOPped for 0.6 s, 5 times 5 s apart (item 4);
+//! - `watcher-flap`: the successor's cable cut for 2 s (item 3: nothing should move);
+//! - `long-cut`: the owner's cable cut for 20 s, then restored (item 5: the rejoin);
+//! - `flood`: 10 s of UDP datagrams (64 bytes of garbage) to the owner's port 7946 from
+//!   the client namespace at `--flood-rate` per second (item 6).
+//!
+//! Each round is measured from the fault to `--post` seconds after it is undone: per
+//! address ms dark, ms double, owner changes (a change of the one answering node), the
+//! time from the fault to the final owner (the start of the last run of slots answered
+//! by it alone). Network: only the lab's addresses (`testkit::plan`), counts and times
+//! bounded.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use arp_ndp::packet::{ArpFrame, ArpOp, ETHERTYPE_ARP, MacAddr};
+use e2e::Lab;
+use e2e::bench::Impl as Kind;
+use e2e::l2bench::{L2Lab, hash_order, with_service_cidr};
+use netsys::packet::{PacketSocket, SockFilter};
+use serde_json::{Value, json};
+use testkit::plan;
+use testkit::process::{Signal, kill_pid};
+
+const USAGE: &str = "\
+usage: bench-l2-faults [--impl ours|metallb|both] [--fence | --ml-self-fence]
+                       [--speakers N] [--services N] [--rounds R] [--faults LIST]
+                       [--post SECS] [--flood-rate N] [--ours-bin DIR]
+                       [--metallb-bin DIR] [--out FILE]
+
+The layer-2 fault suite against the lab (lab/cluster up, root, the test kit's tools),
+MetalLB's speaker with memberlist as the anchor in the same run:
+  --impl           which to run (default both: ours, then MetalLB)
+  --fence          ours twice: without, then with --ml-self-fence
+  --ml-self-fence  ours with --ml-self-fence only
+  --speakers N     speakers (default 3, 2 to 8)
+  --services N     L2 Services, one address each (default 12, 2 to 50)
+  --rounds R       rounds of each fault (default 3)
+  --faults LIST    default quiet,restart-api-away,partition,stall,watcher-flap,long-cut,flood
+  --post SECS      measured after each fault is undone (default 20)
+  --flood-rate N   datagrams per second of the flood (default 20000, at most 50000)
+  --ours-bin       directory of our speaker (default $CARGO_TARGET_DIR/release, else
+                   <repo>/target/release)
+  --metallb-bin    directory of MetalLB's (default: lab/build-metallb bindir)
+  --out FILE       also write the figures as JSON";
+
+/// An extra ServiceCIDR for the run's Services.
+const SERVICE_CIDR: &str = "bench-l2-faults";
+const SERVICE_CIDR_RANGE: &str = "198.18.176.0/20";
+/// The address whose owner is faulted.
+const PROBE: &str = "198.51.100.90";
+/// The prober's period: one request per address per slot.
+const SLOT: Duration = Duration::from_millis(20);
+const SLOT_MS: u64 = 20;
+/// The membership port of both implementations.
+const MEMBERLIST_PORT: u16 = 7946;
+/// How long every address must be answered by one node before a round.
+const SETTLED: Duration = Duration::from_secs(3);
+/// Longest wait for that.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// The flood's length and payload.
+const FLOOD_FOR: Duration = Duration::from_secs(10);
+const FLOOD_PAYLOAD: usize = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    Quiet,
+    RestartApiAway,
+    Partition,
+    Stall,
+    WatcherFlap,
+    LongCut,
+    Flood,
+}
+
+const ALL_FAULTS: [Fault; 7] = [
+    Fault::Quiet,
+    Fault::RestartApiAway,
+    Fault::Partition,
+    Fault::Stall,
+    Fault::WatcherFlap,
+    Fault::LongCut,
+    Fault::Flood,
+];
+
+impl Fault {
+    fn name(self) -> &'static str {
+        match self {
+            Fault::Quiet => "quiet",
+            Fault::RestartApiAway => "restart-api-away",
+            Fault::Partition => "partition",
+            Fault::Stall => "stall",
+            Fault::WatcherFlap => "watcher-flap",
+            Fault::LongCut => "long-cut",
+            Fault::Flood => "flood",
+        }
+    }
+
+    fn parse(s: &str) -> Result<Fault> {
+        ALL_FAULTS
+            .into_iter()
+            .find(|f| f.name() == s)
+            .with_context(|| format!("--faults {s}: one of {:?}", ALL_FAULTS.map(Fault::name)))
+    }
+}
+
+/// One implementation as run: ours with or without the self-fence, or MetalLB.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Variant {
+    kind: Kind,
+    fence: bool,
+}
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match (self.kind, self.fence) {
+            (Kind::Ours, false) => "ours",
+            (Kind::Ours, true) => "ours-fence",
+            (Kind::Metallb, _) => "metallb",
+        }
+    }
+}
+
+struct Opts {
+    variants: Vec<Variant>,
+    speakers: usize,
+    services: usize,
+    rounds: usize,
+    faults: Vec<Fault>,
+    post: Duration,
+    flood_rate: u32,
+    ours_bin: PathBuf,
+    metallb_bin: PathBuf,
+    out: Option<PathBuf>,
+}
+
+fn parse_opts(repo: &Path) -> Result<Opts> {
+    let mut args = std::env::args().skip(1);
+    let mut kinds = vec![Kind::Ours, Kind::Metallb];
+    let mut fence = (true, false); // (without, with)
+    let mut o = Opts {
+        variants: Vec::new(),
+        speakers: 3,
+        services: 12,
+        rounds: 3,
+        faults: ALL_FAULTS.to_vec(),
+        post: Duration::from_secs(20),
+        flood_rate: 20_000,
+        ours_bin: PathBuf::new(),
+        metallb_bin: PathBuf::new(),
+        out: None,
+    };
+    let mut ours_bin = None;
+    let mut metallb_bin = None;
+    while let Some(a) = args.next() {
+        let mut val = || args.next().with_context(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--impl" => kinds = Kind::parse_list(&val()?, false)?,
+            "--fence" => fence = (true, true),
+            "--ml-self-fence" => fence = (false, true),
+            "--speakers" => o.speakers = val()?.parse().context("--speakers")?,
+            "--services" => o.services = val()?.parse().context("--services")?,
+            "--rounds" => o.rounds = val()?.parse().context("--rounds")?,
+            "--faults" => o.faults = val()?.split(',').map(Fault::parse).collect::<Result<_>>()?,
+            "--post" => o.post = Duration::from_secs(val()?.parse().context("--post")?),
+            "--flood-rate" => o.flood_rate = val()?.parse().context("--flood-rate")?,
+            "--ours-bin" => ours_bin = Some(PathBuf::from(val()?)),
+            "--metallb-bin" => metallb_bin = Some(PathBuf::from(val()?)),
+            "--out" => o.out = Some(PathBuf::from(val()?)),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            _ => bail!("unknown argument {a}\n{USAGE}"),
+        }
+    }
+    ensure!((2..=8).contains(&o.speakers), "--speakers: 2 to 8");
+    ensure!((2..=50).contains(&o.services), "--services: 2 to 50");
+    ensure!((1..=50).contains(&o.rounds), "--rounds: 1 to 50");
+    ensure!(o.post <= Duration::from_secs(120), "--post: at most 120 s");
+    ensure!(
+        (1..=50_000).contains(&o.flood_rate),
+        "--flood-rate: 1 to 50000 per second"
+    );
+    for kind in kinds {
+        match kind {
+            Kind::Ours => {
+                if fence.0 {
+                    o.variants.push(Variant { kind, fence: false });
+                }
+                if fence.1 {
+                    o.variants.push(Variant { kind, fence: true });
+                }
+            }
+            Kind::Metallb => o.variants.push(Variant { kind, fence: false }),
+        }
+    }
+    o.ours_bin = e2e::bench::ours_bin_dir(repo, ours_bin);
+    if o.variants.iter().any(|v| v.kind == Kind::Metallb) {
+        o.metallb_bin = e2e::bench::metallb_bin_dir(repo, metallb_bin)?;
+    }
+    Ok(o)
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    if let Err(e) = rt.block_on(run()) {
+        eprintln!("bench-l2-faults: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run() -> Result<()> {
+    let lab = Lab::connect().await?;
+    let opts = parse_opts(lab.repo())?;
+    with_service_cidr(&lab, SERVICE_CIDR, SERVICE_CIDR_RANGE, async || {
+        run_all(&lab, &opts).await
+    })
+    .await
+}
+
+async fn run_all(lab: &Lab, opts: &Opts) -> Result<()> {
+    let mut all = serde_json::Map::new();
+    let mut rows = Vec::new();
+    for &variant in &opts.variants {
+        let bin = match variant.kind {
+            Kind::Ours => opts.ours_bin.join("speaker"),
+            Kind::Metallb => opts.metallb_bin.join("speaker"),
+        };
+        ensure!(bin.is_file(), "{} is missing", bin.display());
+        eprintln!(
+            "bench-l2-faults: === {} with {} speakers ===",
+            variant.name(),
+            opts.speakers
+        );
+        let mut l = L2Lab::up(lab, "bench-l2-faults", variant.kind, opts.speakers, &bin).await?;
+        if variant.fence {
+            l.speaker_args.push("--ml-self-fence".into());
+        }
+        let mut b = Bench {
+            l,
+            prober: None,
+            flood_rate: opts.flood_rate,
+        };
+        let result = b.run(opts).await;
+        if let Some(p) = b.prober.take() {
+            let _ = tokio::task::block_in_place(|| p.stop());
+        }
+        let dir = b.l.dir.clone();
+        b.l.down().await;
+        let figures = result?;
+        eprintln!(
+            "bench-l2-faults: speaker logs of {} in {}",
+            variant.name(),
+            dir.display()
+        );
+        for f in &opts.faults {
+            if let Some(v) = figures["faults"].get(f.name()) {
+                rows.push((variant.name(), f.name(), v["summary"].clone()));
+            }
+        }
+        println!("{}", table(&rows));
+        all.insert(variant.name().into(), figures);
+        if let Some(out) = &opts.out {
+            std::fs::write(out, serde_json::to_vec_pretty(&Value::Object(all.clone()))?)?;
+        }
+    }
+    Ok(())
+}
+
+/// What the prober recorded since it started.
+struct ProbeLog {
+    start: Instant,
+    /// Per slot: whether its requests went out.
+    sent: Vec<bool>,
+    /// Per address, per slot: the nodes that answered or claimed it (bit n-1 for node
+    /// n; bit 7 for a MAC that is no node's).
+    seen: Vec<Vec<u8>>,
+    send_errors: u64,
+}
+
+/// The prober: a thread in the client namespace (see the module).
+struct Prober {
+    log: Arc<Mutex<ProbeLog>>,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Result<()>>,
+}
+
+const OTHER_MAC: u8 = 0x80;
+
+impl Prober {
+    fn start(
+        netns: &str,
+        ifindex: u32,
+        mac: MacAddr,
+        addrs: Vec<Ipv4Addr>,
+        macs: BTreeMap<[u8; 6], usize>,
+    ) -> Result<Prober> {
+        for a in &addrs {
+            ensure!(
+                plan::is_allowed_addr((*a).into()),
+                "probe address {a} is outside the lab's ranges"
+            );
+        }
+        ensure!(
+            macs.values().all(|n| (1..=7).contains(n)),
+            "at most 7 nodes"
+        );
+        let log = Arc::new(Mutex::new(ProbeLog {
+            start: Instant::now(),
+            sent: Vec::new(),
+            seen: vec![Vec::new(); addrs.len()],
+            send_errors: 0,
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
+        let netns = netns.to_owned();
+        let thread = std::thread::spawn({
+            let (log, stop) = (log.clone(), stop.clone());
+            move || -> Result<()> {
+                let open = || -> Result<PacketSocket> {
+                    testkit::netns::enter_thread(&netns)?;
+                    // Every frame of the bound ethertype (ARP).
+                    let accept_all = [SockFilter::stmt(0x06, 0xffff)];
+                    PacketSocket::open(ifindex, ETHERTYPE_ARP, &accept_all)
+                        .context("AF_PACKET socket in the client namespace")
+                };
+                let sock = match open() {
+                    Ok(s) => {
+                        let _ = ready_tx.send(Ok(()));
+                        s
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(anyhow::anyhow!("{e:#}")));
+                        return Err(e);
+                    }
+                };
+                probe_loop(&sock, mac, &addrs, &macs, &log, &stop);
+                Ok(())
+            }
+        });
+        ready_rx
+            .recv_timeout(Duration::from_secs(10))
+            .context("the prober did not start")??;
+        // Its clock: from the first slot on.
+        Ok(Prober { log, stop, thread })
+    }
+
+    fn stop(self) -> Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the prober panicked"))?
+    }
+
+    /// Copies of `sent` and each address's slots from `from` to `to`.
+    fn window(&self, from: Instant, to: Instant) -> (Vec<bool>, Vec<Vec<u8>>) {
+        let log = self.log.lock().expect("probe log");
+        let slot = |t: Instant| {
+            (t.saturating_duration_since(log.start).as_nanos() / SLOT.as_nanos()) as usize
+        };
+        let (a, b) = (slot(from), slot(to).min(log.sent.len()));
+        let a = a.min(b);
+        (
+            log.sent[a..b].to_vec(),
+            log.seen.iter().map(|s| s[a..b].to_vec()).collect(),
+        )
+    }
+
+    fn send_errors(&self) -> u64 {
+        self.log.lock().expect("probe log").send_errors
+    }
+}
+
+fn probe_loop(
+    sock: &PacketSocket,
+    mac: MacAddr,
+    addrs: &[Ipv4Addr],
+    macs: &BTreeMap<[u8; 6], usize>,
+    log: &Mutex<ProbeLog>,
+    stop: &AtomicBool,
+) {
+    let requests: Vec<Vec<u8>> = addrs
+        .iter()
+        .map(|a| ArpFrame::request(mac, plan::CLIENT_V4, *a).encode())
+        .collect();
+    let start = log.lock().expect("probe log").start;
+    let mut buf = [0u8; 256];
+    while !stop.load(Ordering::Relaxed) {
+        let now = (start.elapsed().as_nanos() / SLOT.as_nanos()) as usize;
+        let due = {
+            let mut l = log.lock().expect("probe log");
+            if now >= l.sent.len() {
+                // Slots missed while late stay unprobed.
+                while l.sent.len() < now {
+                    l.sent.push(false);
+                    for s in l.seen.iter_mut() {
+                        s.push(0);
+                    }
+                }
+                l.sent.push(true);
+                for s in l.seen.iter_mut() {
+                    s.push(0);
+                }
+                true
+            } else {
+                false
+            }
+        };
+        if due {
+            let mut errors = 0;
+            for r in &requests {
+                if sock.send(r).is_err() {
+                    errors += 1;
+                }
+            }
+            if errors > 0 {
+                log.lock().expect("probe log").send_errors += errors;
+            }
+        }
+        while let Ok(n) = sock.recv(&mut buf) {
+            let Ok(f) = ArpFrame::decode(&buf[..n]) else {
+                continue;
+            };
+            let a = f.arp;
+            let claim =
+                a.op == ArpOp::Reply || (a.op == ArpOp::Request && a.sender_ip == a.target_ip);
+            if !claim || a.sender_mac == mac {
+                continue;
+            }
+            let Some(i) = addrs.iter().position(|x| *x == a.sender_ip) else {
+                continue;
+            };
+            let bit = macs
+                .get(&a.sender_mac.0)
+                .map_or(OTHER_MAC, |n| 1u8 << (n - 1));
+            let mut l = log.lock().expect("probe log");
+            let k = ((start.elapsed().as_nanos() / SLOT.as_nanos()) as usize)
+                .min(l.sent.len().saturating_sub(1));
+            if let Some(s) = l.seen[i].get_mut(k) {
+                *s |= bit;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// One address over one round.
+#[derive(Debug, Default, PartialEq)]
+struct AddrFigures {
+    dark_ms: u64,
+    double_ms: u64,
+    unprobed_ms: u64,
+    changes: u32,
+    /// The node answering alone at the end (None: dark, double or another MAC).
+    final_owner: Option<usize>,
+    /// From the fault to the start of the last run of slots answered by the final
+    /// owner alone (the whole window when none).
+    to_final_ms: u64,
+}
+
+fn node_of(bits: u8) -> Option<usize> {
+    (bits.count_ones() == 1 && bits != OTHER_MAC).then(|| bits.trailing_zeros() as usize + 1)
+}
+
+fn analyse(sent: &[bool], seen: &[u8]) -> AddrFigures {
+    let mut f = AddrFigures::default();
+    let mut last: Option<u8> = None;
+    for (s, &bits) in sent.iter().zip(seen) {
+        if !s {
+            f.unprobed_ms += SLOT_MS;
+            continue;
+        }
+        match bits.count_ones() {
+            0 => f.dark_ms += SLOT_MS,
+            1 => {
+                if last.is_some_and(|l| l != bits) {
+                    f.changes += 1;
+                }
+                last = Some(bits);
+            }
+            _ => f.double_ms += SLOT_MS,
+        }
+    }
+    let end = sent
+        .iter()
+        .zip(seen)
+        .rev()
+        .find(|(s, _)| **s)
+        .map(|(_, b)| *b);
+    f.final_owner = end.and_then(node_of);
+    f.to_final_ms = match end.filter(|b| node_of(*b).is_some()) {
+        Some(fin) => {
+            let last_other = sent
+                .iter()
+                .zip(seen)
+                .rposition(|(s, b)| *s && *b != fin)
+                .map_or(0, |i| i + 1);
+            last_other as u64 * SLOT_MS
+        }
+        None => sent.len() as u64 * SLOT_MS,
+    };
+    f
+}
+
+/// Continues a stopped process when dropped (also when a round fails mid-stop).
+struct Stopped(u32);
+
+impl Stopped {
+    fn stop(pid: u32) -> Stopped {
+        kill_pid(pid, Signal::STOP);
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        kill_pid(self.0, Signal::CONT);
+    }
+}
+
+struct Bench<'a> {
+    l: L2Lab<'a>,
+    prober: Option<Prober>,
+    flood_rate: u32,
+}
+
+/// What a round starts from.
+struct Before {
+    owners: Vec<Option<usize>>,
+    owner: usize,
+    successor: usize,
+}
+
+impl Bench<'_> {
+    fn prober(&self) -> &Prober {
+        self.prober.as_ref().expect("the prober runs")
+    }
+
+    async fn run(&mut self, opts: &Opts) -> Result<Value> {
+        let mut ips = vec![PROBE.to_owned()];
+        for i in 0..opts.services - 1 {
+            ips.push(format!("198.51.100.{}", 100 + i));
+        }
+        self.l.deploy(&ips).await?;
+        let started = Instant::now();
+        let first = self.l.owner(PROBE, Duration::from_secs(120)).await?;
+        eprintln!(
+            "bench-l2-faults: {PROBE} answered by node-{first} {:.1} s after the speakers started",
+            started.elapsed().as_secs_f64()
+        );
+        // Let the membership settle (MetalLB's memberlist joins in its own time).
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let client = self.l.net.net.client();
+        let link = client.ip_json(&["link", "show", "dev", &self.l.client_if])?;
+        let ifindex = link[0]["ifindex"]
+            .as_u64()
+            .context("the client's ifindex")? as u32;
+        let mac = parse_mac(&client.mac(&self.l.client_if)?)?;
+        let macs = self
+            .l
+            .macs
+            .iter()
+            .map(|(m, n)| Ok((parse_mac(m)?.0, *n)))
+            .collect::<Result<_>>()?;
+        let addrs = ips
+            .iter()
+            .map(|a| a.parse::<Ipv4Addr>().map_err(Into::into))
+            .collect::<Result<Vec<_>>>()?;
+        self.prober = Some(Prober::start(client.name(), ifindex, mac, addrs, macs)?);
+
+        let mut faults = serde_json::Map::new();
+        for &fault in &opts.faults {
+            let mut rounds = Vec::new();
+            let mut failures = Vec::new();
+            for round in 0..opts.rounds {
+                match self.round(fault, &ips, opts.post).await {
+                    Ok(r) => {
+                        eprintln!(
+                            "bench-l2-faults: {} {} #{round}: {}",
+                            self.l.kind.name(),
+                            fault.name(),
+                            r["summary"]
+                        );
+                        rounds.push(r);
+                    }
+                    Err(e) => {
+                        eprintln!("bench-l2-faults: {} #{round} failed: {e:#}", fault.name());
+                        failures.push(format!("{e:#}"));
+                    }
+                }
+            }
+            let mut v = json!({"summary": summarise(&rounds), "rounds": rounds});
+            v["summary"]["failed"] = json!(failures.len());
+            v["failures"] = json!(failures);
+            faults.insert(fault.name().into(), v);
+        }
+        Ok(json!({
+            "speakers": self.l.nodes,
+            "addresses": ips,
+            "probe": PROBE,
+            "prober_send_errors": self.prober().send_errors(),
+            "logs": self.l.dir,
+            "faults": faults,
+        }))
+    }
+
+    /// Waits until every address is answered by one node (the same one) in every
+    /// probed slot for [`SETTLED`]; restarts a speaker that exited, first.
+    async fn settle(&mut self, ips: &[String]) -> Result<Before> {
+        for n in 1..=self.l.nodes {
+            let exited = self.l.speakers[n - 1]
+                .as_mut()
+                .is_none_or(|c| !c.is_running());
+            if exited {
+                eprintln!(
+                    "bench-l2-faults: node-{n}'s speaker is not running; its log:\n{}",
+                    self.l.speaker_log(n)
+                );
+                self.l.start_speaker(n)?;
+            }
+        }
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let now = Instant::now();
+            let (sent, seen) = self.prober().window(now - SETTLED, now);
+            let probed = sent.iter().filter(|s| **s).count();
+            let owners: Vec<Option<usize>> = seen
+                .iter()
+                .map(|slots| {
+                    let mut it = sent.iter().zip(slots).filter(|(s, _)| **s).map(|(_, b)| *b);
+                    let first = it.next()?;
+                    (it.all(|b| b == first)).then_some(first).and_then(node_of)
+                })
+                .collect();
+            let enough = probed as u128 * SLOT.as_millis() >= SETTLED.as_millis() * 8 / 10;
+            if enough && owners.iter().all(Option::is_some) {
+                let owner = owners[0].context("probe owner")?;
+                let successor = hash_order(self.l.nodes, PROBE)
+                    .into_iter()
+                    .find(|n| *n != owner)
+                    .context("successor")?;
+                return Ok(Before {
+                    owners,
+                    owner,
+                    successor,
+                });
+            }
+            if Instant::now() > deadline {
+                let unsettled: Vec<&String> = ips
+                    .iter()
+                    .zip(&owners)
+                    .filter(|(_, o)| o.is_none())
+                    .map(|(ip, _)| ip)
+                    .collect();
+                bail!(
+                    "not settled after {SETTLE_TIMEOUT:?}: {unsettled:?} not answered by one node"
+                );
+            }
+        }
+    }
+
+    async fn round(&mut self, fault: Fault, ips: &[String], post: Duration) -> Result<Value> {
+        let before = self.settle(ips).await?;
+        let expected = hash_order(self.l.nodes, PROBE)[0];
+        let (owner, successor) = (before.owner, before.successor);
+        let t0 = Instant::now();
+        // The wall clock of the fault, to find it in the speakers' logs.
+        let t0_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let mut extra = json!({});
+        match fault {
+            Fault::Quiet => tokio::time::sleep(Duration::from_secs(10)).await,
+            Fault::RestartApiAway => {
+                let pid_file = self.l.lab.env.state_dir.join("run/kube-apiserver.pid");
+                let pid: u32 = std::fs::read_to_string(&pid_file)
+                    .with_context(|| format!("reading {}", pid_file.display()))?
+                    .trim()
+                    .parse()?;
+                let frozen = Stopped::stop(pid);
+                if let Some(mut c) = self.l.speakers[owner - 1].take() {
+                    tokio::task::block_in_place(|| {
+                        c.stop_with(Signal::KILL, Duration::from_secs(5))
+                    })?;
+                }
+                self.l.start_speaker(owner)?;
+                tokio::time::sleep(Duration::from_secs(15)).await;
+                drop(frozen);
+            }
+            Fault::Partition => {
+                let cut =
+                    testkit::cut::drop_local_udp(self.l.net.net.node(owner), MEMBERLIST_PORT)?;
+                tokio::time::sleep(Duration::from_secs(15)).await;
+                cut.restore()?;
+            }
+            Fault::Stall => {
+                let pid = self.l.speakers[owner - 1]
+                    .as_ref()
+                    .context("the owner's speaker")?
+                    .pid();
+                for i in 0..5 {
+                    let stopped = Stopped::stop(pid);
+                    tokio::time::sleep(Duration::from_millis(600)).await;
+                    drop(stopped);
+                    if i < 4 {
+                        tokio::time::sleep(Duration::from_millis(4400)).await;
+                    }
+                }
+            }
+            Fault::WatcherFlap => {
+                let cut = self.l.net.net.cut_cable(&plan::node_name(successor))?;
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                cut.restore()?;
+            }
+            Fault::LongCut => {
+                let cut = self.l.net.net.cut_cable(&plan::node_name(owner))?;
+                tokio::time::sleep(Duration::from_secs(20)).await;
+                cut.restore()?;
+            }
+            Fault::Flood => {
+                let target = SocketAddr::new(plan::node_v4(owner).into(), MEMBERLIST_PORT);
+                let netns = self.l.net.net.client().name().to_owned();
+                let rate = self.flood_rate;
+                // A thread of its own: it enters the client namespace for good.
+                let t = std::thread::spawn(move || flood(&netns, target, rate));
+                let sent = tokio::task::block_in_place(|| t.join())
+                    .map_err(|_| anyhow::anyhow!("the flood panicked"))??;
+                extra["flood_datagrams"] = json!(sent);
+            }
+        }
+        let undone = t0.elapsed();
+        tokio::time::sleep(post).await;
+        let (sent, seen) = self.prober().window(t0, Instant::now());
+        let mut per_addr = Vec::new();
+        let mut figures = Vec::new();
+        for (i, ip) in ips.iter().enumerate() {
+            let f = analyse(&sent, &seen[i]);
+            per_addr.push(json!({
+                "ip": ip,
+                "before": before.owners[i],
+                "final": f.final_owner,
+                "dark_ms": f.dark_ms,
+                "double_ms": f.double_ms,
+                "changes": f.changes,
+                "to_final_ms": f.to_final_ms,
+                "unprobed_ms": f.unprobed_ms,
+            }));
+            figures.push(f);
+        }
+        let probe = &figures[0];
+        let summary = json!({
+            "dark_sum_ms": figures.iter().map(|f| f.dark_ms).sum::<u64>(),
+            "dark_max_ms": figures.iter().map(|f| f.dark_ms).max().unwrap_or(0),
+            "double_sum_ms": figures.iter().map(|f| f.double_ms).sum::<u64>(),
+            "double_max_ms": figures.iter().map(|f| f.double_ms).max().unwrap_or(0),
+            "changes": figures.iter().map(|f| f.changes).sum::<u32>(),
+            "probe_changes": probe.changes,
+            "probe_to_final_ms": probe.to_final_ms,
+            "max_to_final_ms": figures.iter().map(|f| f.to_final_ms).max().unwrap_or(0),
+            "unprobed_ms": figures.iter().map(|f| f.unprobed_ms).max().unwrap_or(0),
+        });
+        let mut r = json!({
+            "owner": owner,
+            "t0_unix": (t0_unix * 1000.0).round() / 1000.0,
+            "expected_owner": expected,
+            "successor": successor,
+            "fault_ms": undone.as_millis() as u64,
+            "window_ms": sent.len() as u64 * SLOT_MS,
+            "summary": summary,
+            "addresses": per_addr,
+        });
+        if let Value::Object(m) = extra {
+            for (k, v) in m {
+                r[k] = v;
+            }
+        }
+        Ok(r)
+    }
+}
+
+/// `rate` datagrams per second of 64 bytes of garbage to `target` for [`FLOOD_FOR`],
+/// from a thread in `netns`; returns how many went out.
+fn flood(netns: &str, target: SocketAddr, rate: u32) -> Result<u64> {
+    ensure!(
+        plan::is_allowed_addr(target.ip()),
+        "flood target {target} is outside the lab's ranges"
+    );
+    ensure!(rate <= 50_000, "flood rate {rate} above 50000/s");
+    testkit::netns::enter_thread(netns)?;
+    let sock = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).context("flood socket")?;
+    let mut payload = [0u8; FLOOD_PAYLOAD];
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ u64::from(std::process::id());
+    let start = Instant::now();
+    let mut sent = 0u64;
+    let total = u64::from(rate) * FLOOD_FOR.as_secs();
+    while sent < total && start.elapsed() < FLOOD_FOR + Duration::from_secs(1) {
+        // Paced per millisecond.
+        let due = (start.elapsed().as_micros() as u64 * u64::from(rate) / 1_000_000).min(total);
+        while sent < due {
+            for b in payload.chunks_mut(8) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                b.copy_from_slice(&x.to_le_bytes()[..b.len()]);
+            }
+            let _ = sock.send_to(&payload, target);
+            sent += 1;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(sent)
+}
+
+fn parse_mac(s: &str) -> Result<MacAddr> {
+    let v: Vec<u8> = s
+        .split(':')
+        .map(|h| u8::from_str_radix(h, 16))
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("MAC {s}"))?;
+    let a: [u8; 6] = v.try_into().map_err(|_| anyhow::anyhow!("MAC {s}"))?;
+    Ok(MacAddr(a))
+}
+
+/// Over the rounds of one fault: sums as the mean per round, maxima as the maximum.
+fn summarise(rounds: &[Value]) -> Value {
+    let get = |k: &str| -> Vec<f64> {
+        rounds
+            .iter()
+            .filter_map(|r| r["summary"][k].as_f64())
+            .collect()
+    };
+    let mean = |k: &str| {
+        let v = get(k);
+        if v.is_empty() {
+            Value::Null
+        } else {
+            json!((v.iter().sum::<f64>() / v.len() as f64 * 10.0).round() / 10.0)
+        }
+    };
+    let max = |k: &str| {
+        get(k)
+            .into_iter()
+            .reduce(f64::max)
+            .map_or(Value::Null, |m| json!(m))
+    };
+    json!({
+        "rounds": rounds.len(),
+        "dark_sum_ms": mean("dark_sum_ms"),
+        "dark_max_ms": max("dark_max_ms"),
+        "double_sum_ms": mean("double_sum_ms"),
+        "double_max_ms": max("double_max_ms"),
+        "changes": mean("changes"),
+        "probe_changes": mean("probe_changes"),
+        "probe_to_final_ms": max("probe_to_final_ms"),
+        "max_to_final_ms": max("max_to_final_ms"),
+        "unprobed_ms": max("unprobed_ms"),
+        "not_expected_owner": rounds.iter().filter(|r| r["owner"] != r["expected_owner"]).count(),
+    })
+}
+
+fn table(rows: &[(&str, &str, Value)]) -> String {
+    let mut s = format!(
+        "{:<11} {:<17} {:>2} {:>9} {:>9} {:>10} {:>10} {:>7} {:>6} {:>9} {:>9} {:>8}\n",
+        "impl",
+        "fault",
+        "R",
+        "dark sum",
+        "dark max",
+        "double sum",
+        "double max",
+        "changes",
+        "probe",
+        "t-final",
+        "t-final",
+        "unprobed"
+    );
+    s += &format!(
+        "{:<11} {:<17} {:>2} {:>9} {:>9} {:>10} {:>10} {:>7} {:>6} {:>9} {:>9} {:>8}\n",
+        "",
+        "",
+        "",
+        "ms/round",
+        "ms/addr",
+        "ms/round",
+        "ms/addr",
+        "/round",
+        "chg",
+        "probe ms",
+        "max ms",
+        "max ms"
+    );
+    let f = |v: &Value| match v {
+        Value::Null => "-".to_owned(),
+        v => v.to_string(),
+    };
+    for (variant, fault, v) in rows {
+        s += &format!(
+            "{:<11} {:<17} {:>2} {:>9} {:>9} {:>10} {:>10} {:>7} {:>6} {:>9} {:>9} {:>8}\n",
+            variant,
+            fault,
+            f(&v["rounds"]),
+            f(&v["dark_sum_ms"]),
+            f(&v["dark_max_ms"]),
+            f(&v["double_sum_ms"]),
+            f(&v["double_max_ms"]),
+            f(&v["changes"]),
+            f(&v["probe_changes"]),
+            f(&v["probe_to_final_ms"]),
+            f(&v["max_to_final_ms"]),
+            f(&v["unprobed_ms"]),
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dark_double_changes_and_the_final_owner() {
+        // node-1, dark twice, both, node-2 then an unprobed slot and node-2.
+        let sent = [true, true, true, true, true, false, true];
+        let seen = [0b01, 0, 0, 0b11, 0b10, 0, 0b10];
+        let f = analyse(&sent, &seen);
+        assert_eq!(
+            f,
+            AddrFigures {
+                dark_ms: 40,
+                double_ms: 20,
+                unprobed_ms: 20,
+                changes: 1,
+                final_owner: Some(2),
+                to_final_ms: 80,
+            }
+        );
+        // Nothing happened: no change, final at once.
+        let f = analyse(&[true; 3], &[0b100; 3]);
+        assert_eq!((f.changes, f.to_final_ms, f.final_owner), (0, 0, Some(3)));
+        // Still double at the end: no final owner, the whole window.
+        let f = analyse(&[true; 2], &[0b01, 0b11]);
+        assert_eq!((f.final_owner, f.to_final_ms), (None, 40));
+        // A MAC that is no node's counts as a second answer.
+        let f = analyse(&[true], &[0b01 | OTHER_MAC]);
+        assert_eq!(f.double_ms, 20);
+    }
+
+    #[test]
+    fn faults_parse_by_name() {
+        for f in ALL_FAULTS {
+            assert_eq!(Fault::parse(f.name()).unwrap(), f);
+        }
+        assert!(Fault::parse("kill").is_err());
+    }
+
+    #[test]
+    fn macs_parse() {
+        assert_eq!(
+            parse_mac("02:00:5e:10:00:01").unwrap(),
+            MacAddr([2, 0, 0x5e, 0x10, 0, 1])
+        );
+        assert!(parse_mac("02:00").is_err());
+    }
+}
