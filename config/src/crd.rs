@@ -79,6 +79,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         v1beta1::ServiceL2Status::crd(),
         v1beta1::ServiceBGPStatus::crd(),
         v1beta1::BGPSessionStatus::crd(),
+        v1beta1::NodeBGPStatus::crd(),
     ];
     for crd in &mut crds {
         upstream_parity(crd);

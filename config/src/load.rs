@@ -16,7 +16,7 @@
 //!   `BGPAdvertisement`, `BFDProfile`, `Community` (v1beta1), `BGPPeer`
 //!   (v1beta1, converted with [`convert_bgp_peer`], and v1beta2), and the
 //!   status kinds `ConfigurationState`, `ServiceL2Status`, `ServiceBGPStatus`,
-//!   `BGPSessionStatus` (v1beta1; checked, not part of the configuration).
+//!   `BGPSessionStatus`, `NodeBGPStatus` (v1beta1; checked, not part of the configuration).
 //!   An unknown version or kind of this group is an error.
 //! * core `v1`: `Secret`, `Node`, `Namespace`, and the `ConfigMap` named
 //!   `bgpextras`.
@@ -755,6 +755,10 @@ impl Loader {
                 self.decode::<v1beta1::BGPSessionStatus>(obj, &kind, &decoded)?;
                 None
             }
+            (_, "NodeBGPStatus") => {
+                self.decode::<v1beta1::NodeBGPStatus>(obj, &kind, &decoded)?;
+                None
+            }
             (_, "Secret") => Some(Typed::Secret(self.decode(obj, &kind, &decoded)?)),
             (_, "Node") => Some(Typed::Node(self.decode(obj, &kind, &decoded)?)),
             (_, "Namespace") => Some(Typed::Namespace(self.decode(obj, &kind, &decoded)?)),
@@ -950,9 +954,8 @@ fn metallb_kind(kind: &str) -> Option<KindSpec> {
             (V1BETA1, true)
         }
         "BGPPeer" => (&["v1beta1", "v1beta2"][..], true),
-        "ConfigurationState" | "ServiceL2Status" | "ServiceBGPStatus" | "BGPSessionStatus" => {
-            (V1BETA1, false)
-        }
+        "ConfigurationState" | "ServiceL2Status" | "ServiceBGPStatus" | "BGPSessionStatus"
+        | "NodeBGPStatus" => (V1BETA1, false),
         _ => return None,
     };
     Some(KindSpec { versions, has_spec })

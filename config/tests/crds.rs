@@ -597,6 +597,23 @@ fn valid_objects() -> Vec<(&'static str, &'static str, Value)> {
                 },
             }),
         ),
+        (
+            "metallb.io/v1beta1",
+            "NodeBGPStatus",
+            json!({
+                "metadata": meta,
+                "status": {
+                    "node": "n", "peers": ["p"], "withheld": "",
+                    "localPrefixes": [{ "pool": "pool", "advertisement": "ad", "prefixes": 2 }],
+                    "localServices": 1, "withdrawnServices": 1,
+                    "exceptions": [
+                        { "serviceNamespace": "ns", "serviceName": "local", "announced": true, "peers": ["p"] },
+                        { "serviceNamespace": "ns", "serviceName": "s", "reason": "conflictingAdvertisements" },
+                    ],
+                    "exceptionsTruncated": false,
+                },
+            }),
+        ),
     ]
 }
 
@@ -923,6 +940,7 @@ fn names_subresources_and_versions() {
             "ServiceL2Status",
             "ServiceBGPStatus",
             "BGPSessionStatus",
+            "NodeBGPStatus",
         ]
     );
     for c in &crds {
@@ -1096,6 +1114,17 @@ fn printer_columns() {
                 ("Peer", "string", ".status.peer", 0),
                 ("BGP", "string", ".status.bgpStatus", 0),
                 ("BFD", "string", ".status.bfdStatus", 0),
+                age,
+            ],
+        ),
+        (
+            "NodeBGPStatus",
+            vec![
+                ("Node", "string", ".status.node", 0),
+                ("Peers", "string", ".status.peers", 0),
+                ("Local Services", "integer", ".status.localServices", 0),
+                ("Withdrawn", "integer", ".status.withdrawnServices", 0),
+                ("Withheld", "string", ".status.withheld", 0),
                 age,
             ],
         ),

@@ -39,6 +39,7 @@ pub mod edge;
 pub mod leader;
 pub mod memberlist;
 pub mod metrics;
+pub mod node_sweep;
 pub mod pool_reconciler;
 pub mod service;
 pub mod webhook;

@@ -141,6 +141,11 @@ struct Args {
     /// terminationGracePeriodSeconds, 30 s by default).
     #[arg(long, value_parser = daemon::flags::parse_duration, default_value = "20s")]
     shutdown_timeout: Duration,
+    /// The speakers' per-node status objects (ServiceBGPStatus, ServiceL2Status,
+    /// BGPSessionStatus, NodeBGPStatus) of a node NotReady for longer than this are
+    /// deleted (by the leader; a deleted Node's go with it, their owner).
+    #[arg(long, value_parser = daemon::flags::parse_duration, default_value = "5m")]
+    node_status_grace_period: Duration,
 }
 
 /// Flags accepted for compatibility that do nothing yet: one warning each
@@ -452,6 +457,17 @@ async fn run(args: Args) -> Result<()> {
         };
 
         let owner = status::own_pod_owner(client.clone(), &ns, &args.pod_name, &args.pod_uid).await;
+        tokio::spawn(controller::node_sweep::run(
+            controller::node_sweep::KubeNodeStatusApi::new(client.clone(), ns.clone()),
+            {
+                let nodes = view.nodes().context(WATCHED)?.store();
+                move || nodes.state()
+            },
+            leader_rx.clone(),
+            args.node_status_grace_period,
+            controller::node_sweep::PERIOD,
+            stopped(),
+        ));
         let instance = (!args.pod_name.is_empty()).then(|| args.pod_name.clone());
         let driver = Driver::new(
             Inputs {

@@ -6,6 +6,7 @@
 //! each request with a deadline), with what the speakers report
 //! (ServiceBGPStatus, ServiceL2Status) next to what they should decide.
 
+use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -16,6 +17,8 @@ use anyhow::{Context, bail};
 use config::load::{LoadOptions, Loader};
 use speaker::decide::bgp::Options;
 use speaker::explain::Explanation;
+
+use crate::live::Summarised;
 
 /// `metallbctl explain` options.
 #[derive(Debug, clap::Args)]
@@ -247,13 +250,24 @@ fn print_reported(
 ) -> io::Result<()> {
     writeln!(
         out,
-        "reported by the speakers (ServiceBGPStatus, ServiceL2Status):"
+        "reported by the speakers (ServiceBGPStatus, NodeBGPStatus, ServiceL2Status):"
     )?;
-    if r.bgp.is_empty() && r.l2.is_empty() {
+    if r.bgp.is_empty() && r.l2.is_empty() && r.summary.is_empty() {
         writeln!(out, "  nothing: no speaker reports announcing it")?;
     }
     for (node, peers) in &r.bgp {
         writeln!(out, "  {node}  BGP to {}", peers.join(", "))?;
+    }
+    for (node, s) in &r.summary {
+        let says = match s {
+            Summarised::Announced(peers) => format!("BGP to {} (NodeBGPStatus)", peers.join(", ")),
+            Summarised::Withdrawn(why) => format!("BGP withdrawn: {why} (NodeBGPStatus)"),
+            Summarised::AsConfigured => {
+                "BGP as the configuration says (NodeBGPStatus lists no exception)".to_owned()
+            }
+            Summarised::Unknown => "unknown (its NodeBGPStatus list is cut)".to_owned(),
+        };
+        writeln!(out, "  {node}  {says}")?;
     }
     for (node, ifs) in &r.l2 {
         let on = if ifs.is_empty() {
@@ -284,7 +298,29 @@ fn differences(e: &Explanation, r: &crate::live::Reported) -> Vec<String> {
             .flat_map(|l| l.nodes.iter().filter(|n| n.announced))
             .map(|n| n.node.as_str())
             .collect();
-    for (proto, decided, reported) in [("BGP", &decided_bgp, &r.bgp), ("L2", &decided_l2, &r.l2)] {
+    // Nodes in summary mode report only what differs from the configuration.
+    let mut bgp: BTreeMap<String, Vec<String>> = r.bgp.clone();
+    for (node, s) in &r.summary {
+        match s {
+            Summarised::Announced(peers) => {
+                bgp.insert(node.clone(), peers.clone());
+            }
+            Summarised::AsConfigured | Summarised::Unknown => {
+                if decided_bgp.contains(node.as_str()) {
+                    bgp.insert(node.clone(), Vec::new());
+                }
+            }
+            Summarised::Withdrawn(why) => {
+                if decided_bgp.contains(node.as_str()) {
+                    out.push(format!(
+                        "{node} should announce it (BGP) but withdraws it: {why} (its NodeBGPStatus)"
+                    ));
+                    bgp.insert(node.clone(), Vec::new());
+                }
+            }
+        }
+    }
+    for (proto, decided, reported) in [("BGP", &decided_bgp, &bgp), ("L2", &decided_l2, &r.l2)] {
         for n in decided.iter().filter(|n| !reported.contains_key(**n)) {
             out.push(format!(
                 "{n} should announce it ({proto}) but reports nothing (is its speaker running and ready?)"
@@ -467,5 +503,79 @@ mod tests {
         r.bgp.remove("n3");
         r.bgp.insert("n2".into(), vec!["router".into()]);
         assert!(differences(&e, &r).is_empty());
+    }
+
+    #[test]
+    fn summary_nodes_report_only_what_differs() {
+        let e = Explanation {
+            service: "demo/web".into(),
+            ips: vec!["198.51.100.1".into()],
+            bgp: vec![
+                bgp("n1", true),
+                bgp("n2", true),
+                bgp("n3", false),
+                bgp("n4", true),
+                bgp("n5", false),
+            ],
+            l2: None,
+            warnings: Vec::new(),
+        };
+        let mut r = crate::live::Reported::default();
+        r.summary.insert("n1".into(), Summarised::AsConfigured);
+        r.summary.insert(
+            "n2".into(),
+            Summarised::Withdrawn("conflictingAdvertisements".into()),
+        );
+        r.summary.insert("n3".into(), Summarised::AsConfigured);
+        r.summary.insert("n4".into(), Summarised::Unknown);
+        r.summary
+            .insert("n5".into(), Summarised::Announced(vec!["router".into()]));
+        assert_eq!(
+            differences(&e, &r),
+            [
+                "n2 should announce it (BGP) but withdraws it: conflictingAdvertisements (its NodeBGPStatus)",
+                "n5 reports announcing it (BGP) but should not (stale status, or its speaker sees other objects)",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_summary_says_what_it_lists() {
+        use config::api::v1beta1::{NodeBGPStatusStatus, ServiceException};
+        let mut st = NodeBGPStatusStatus {
+            node: "n1".into(),
+            exceptions: vec![
+                ServiceException {
+                    service_namespace: "demo".into(),
+                    service_name: "local".into(),
+                    announced: true,
+                    peers: vec!["router".into()],
+                    ..Default::default()
+                },
+                ServiceException {
+                    service_namespace: "demo".into(),
+                    service_name: "c".into(),
+                    reason: "conflictingAdvertisements".into(),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            Summarised::of(&st, "demo", "local"),
+            Summarised::Announced(vec!["router".into()])
+        );
+        assert_eq!(
+            Summarised::of(&st, "demo", "c"),
+            Summarised::Withdrawn("conflictingAdvertisements".into())
+        );
+        assert_eq!(Summarised::of(&st, "demo", "web"), Summarised::AsConfigured);
+        st.exceptions_truncated = true;
+        assert_eq!(Summarised::of(&st, "demo", "web"), Summarised::Unknown);
+        st.withheld = "nodeNetworkUnavailable".into();
+        assert_eq!(
+            Summarised::of(&st, "demo", "web"),
+            Summarised::Withdrawn("nodeNetworkUnavailable".into())
+        );
     }
 }

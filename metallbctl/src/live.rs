@@ -26,6 +26,64 @@ pub struct Reported {
     pub bgp: BTreeMap<String, Vec<String>>,
     /// Node -> the interfaces its ServiceL2Status names (empty: every one).
     pub l2: BTreeMap<String, Vec<String>>,
+    /// Nodes reporting in summary mode (a NodeBGPStatus): what it says of
+    /// this Service.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub summary: BTreeMap<String, Summarised>,
+}
+
+/// What a node's NodeBGPStatus says of one Service.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Summarised {
+    /// Listed as announced (`externalTrafficPolicy: Local`), to these peers.
+    Announced(Vec<String>),
+    /// Listed as not announced, or the node withholds everything: why.
+    Withdrawn(String),
+    /// Not listed: announced exactly as the configuration says.
+    AsConfigured,
+    /// Not listed but the list was cut: unknown.
+    Unknown,
+}
+
+impl Summarised {
+    /// What `status` (the NodeBGPStatus of a node) says of the Service
+    /// `ns/name`.
+    pub fn of(status: &v1beta1::NodeBGPStatusStatus, ns: &str, name: &str) -> Self {
+        if let Some(x) = status
+            .exceptions
+            .iter()
+            .find(|x| x.service_namespace == ns && x.service_name == name)
+        {
+            return if x.announced {
+                Summarised::Announced(x.peers.clone())
+            } else {
+                Summarised::Withdrawn(x.reason.clone())
+            };
+        }
+        if !status.withheld.is_empty() {
+            Summarised::Withdrawn(status.withheld.clone())
+        } else if status.exceptions_truncated {
+            Summarised::Unknown
+        } else {
+            Summarised::AsConfigured
+        }
+    }
+}
+
+/// Lists a kind that may not be installed (MetalLB's CRDs lack the
+/// metallb-rs kinds): a 404 is an empty list.
+pub async fn list_optional<K>(api: Api<K>, what: &str, timeout: Duration) -> anyhow::Result<Vec<K>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    deadline(timeout, &format!("listing {what}"), async {
+        match api.list(&ListParams::default()).await {
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(Vec::new()),
+            r => r.map(|l| l.items),
+        }
+    })
+    .await
 }
 
 /// The objects read.
@@ -193,6 +251,21 @@ pub async fn read(
             reported
                 .l2
                 .insert(st.node, st.interfaces.into_iter().map(|i| i.name).collect());
+        }
+    }
+    for s in list_optional(
+        Api::<v1beta1::NodeBGPStatus>::namespaced(c(), metallb_ns),
+        "nodebgpstatuses",
+        timeout,
+    )
+    .await?
+    {
+        let Some(st) = s.status else { continue };
+        // a node reporting per Service says it there
+        if !reported.bgp.contains_key(&st.node) {
+            reported
+                .summary
+                .insert(st.node.clone(), Summarised::of(&st, ns, name));
         }
     }
     Ok(Live {

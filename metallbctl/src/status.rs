@@ -1,6 +1,6 @@
 //! `metallbctl status`: one screen summing up MetalLB from what the daemons
 //! write (ConfigurationStates, pool status, BGPSessionStatus,
-//! ServiceBGPStatus, ServiceL2Status) and the LoadBalancer Services. Reads
+//! ServiceBGPStatus or NodeBGPStatus, ServiceL2Status) and the LoadBalancer Services. Reads
 //! only: `list` of those kinds, what a viewer's RBAC allows.
 
 use std::collections::BTreeMap;
@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use config::api::v1beta1::{
-    BGPSessionStatus, ConfigurationState, IPAddressPool, ServiceBGPStatus, ServiceL2Status,
+    BGPSessionStatus, ConfigurationState, IPAddressPool, NodeBGPStatus, ServiceBGPStatus,
+    ServiceL2Status,
 };
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
@@ -54,6 +55,9 @@ pub struct Status {
     pub pools: Vec<Pool>,
     /// BGP sessions per node and peer.
     pub sessions: Vec<Session>,
+    /// Nodes reporting BGP in summary mode (NodeBGPStatus).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bgp_nodes: Vec<BgpNode>,
     /// LoadBalancer Services with their addresses and who announces them.
     pub services: Vec<Svc>,
 }
@@ -93,6 +97,21 @@ pub struct Session {
     pub last_error: String,
 }
 
+/// A node's NodeBGPStatus: its Services announced as the configuration says are
+/// not listed (`metallbctl explain` derives them).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BgpNode {
+    pub node: String,
+    pub peers: Vec<String>,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub withheld: String,
+    pub local_services: i32,
+    pub withdrawn_services: i32,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Svc {
@@ -103,6 +122,9 @@ pub struct Svc {
     pub bgp: BTreeMap<String, Vec<String>>,
     /// Node -> the interfaces it answers on (empty: every eligible one).
     pub l2: BTreeMap<String, Vec<String>>,
+    /// Node (summary mode) -> why it does not announce it.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub bgp_withdrawn: BTreeMap<String, String>,
 }
 
 /// Runs `status`; exits 0 when every component's configuration is valid.
@@ -171,8 +193,16 @@ pub async fn read(ns: &str, timeout: Duration) -> anyhow::Result<Status> {
         timeout,
     )
     .await?;
+    let node_bgp: Vec<NodeBGPStatus> = crate::live::list_optional(
+        Api::namespaced(client.clone(), ns),
+        "nodebgpstatuses",
+        timeout,
+    )
+    .await?;
     let services: Vec<Service> = list(Api::all(client), "services", timeout).await?;
-    Ok(summarise(states, pools, sessions, bgp, l2, services))
+    Ok(summarise(
+        states, pools, sessions, bgp, node_bgp, l2, services,
+    ))
 }
 
 /// The summary of the objects read (pure).
@@ -181,6 +211,7 @@ pub fn summarise(
     pools: Vec<IPAddressPool>,
     sessions: Vec<BGPSessionStatus>,
     bgp: Vec<ServiceBGPStatus>,
+    node_bgp: Vec<NodeBGPStatus>,
     l2: Vec<ServiceL2Status>,
     services: Vec<Service>,
 ) -> Status {
@@ -253,6 +284,7 @@ pub fn summarise(
                 ips,
                 bgp: BTreeMap::new(),
                 l2: BTreeMap::new(),
+                bgp_withdrawn: BTreeMap::new(),
             },
         );
     }
@@ -264,6 +296,7 @@ pub fn summarise(
                 ips: Vec::new(),
                 bgp: BTreeMap::new(),
                 l2: BTreeMap::new(),
+                bgp_withdrawn: BTreeMap::new(),
             })
             .service
             .clone()
@@ -275,6 +308,28 @@ pub fn summarise(
             svc.bgp.insert(st.node, st.peers);
         }
     }
+    for n in node_bgp {
+        let Some(st) = n.status else { continue };
+        for x in &st.exceptions {
+            let k = entry(&mut by_svc, &x.service_namespace, &x.service_name);
+            if let Some(svc) = by_svc.get_mut(&k) {
+                if x.announced {
+                    svc.bgp.insert(st.node.clone(), x.peers.clone());
+                } else {
+                    svc.bgp_withdrawn.insert(st.node.clone(), x.reason.clone());
+                }
+            }
+        }
+        out.bgp_nodes.push(BgpNode {
+            node: st.node,
+            peers: st.peers,
+            withheld: st.withheld,
+            local_services: st.local_services,
+            withdrawn_services: st.withdrawn_services,
+            truncated: st.exceptions_truncated,
+        });
+    }
+    out.bgp_nodes.sort_by(|a, b| a.node.cmp(&b.node));
     for l in l2 {
         let Some(st) = l.status else { continue };
         let k = entry(&mut by_svc, &st.service_namespace, &st.service_name);
@@ -357,6 +412,29 @@ fn print_text(out: &mut impl Write, s: &Status) -> io::Result<()> {
             writeln!(out)?;
         }
     }
+    if !s.bgp_nodes.is_empty() {
+        writeln!(
+            out,
+            "BGP nodes in summary mode (NodeBGPStatus; Services announced as the configuration says are not listed: see metallbctl explain):"
+        )?;
+        for n in &s.bgp_nodes {
+            write!(
+                out,
+                "  {:12} peers {:20} Local Services {:5} withdrawn {:5}",
+                n.node,
+                n.peers.join(","),
+                n.local_services,
+                n.withdrawn_services
+            )?;
+            if !n.withheld.is_empty() {
+                write!(out, "  announces nothing: {}", n.withheld)?;
+            }
+            if n.truncated {
+                write!(out, "  (list cut)")?;
+            }
+            writeln!(out)?;
+        }
+    }
     writeln!(out, "Services:")?;
     for svc in &s.services {
         let mut how = Vec::new();
@@ -369,6 +447,9 @@ fn print_text(out: &mut impl Write, s: &Status) -> io::Result<()> {
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
+        }
+        for (n, why) in &svc.bgp_withdrawn {
+            how.push(format!("BGP withdrawn on {n}: {why}"));
         }
         for (n, ifs) in &svc.l2 {
             how.push(format!(

@@ -17,6 +17,7 @@
 
 pub mod bgp_edge;
 pub mod bgp_speaker;
+pub mod bgp_status;
 pub mod config_state;
 pub mod decide;
 pub mod discovery;

@@ -26,8 +26,8 @@ use bgp::listener::Listeners;
 use clap::{CommandFactory, FromArgMatches, Parser};
 use cluster_view::{Batch, ClusterView, Kind};
 use config::api::v1beta1::{
-    BGPSessionStatus, ConfigurationState, InterfaceInfo, MetalLBServiceBGPStatus,
-    MetalLBServiceL2Status, ServiceBGPStatus, ServiceL2Status,
+    BGPSessionStatus, ConfigurationState, InterfaceInfo, MetalLBServiceL2Status, NodeBGPStatus,
+    ServiceBGPStatus, ServiceL2Status,
 };
 use config::api::{LABEL_NODE, LABEL_PEER, LABEL_SERVICE_NAME, LABEL_SERVICE_NAMESPACE};
 use daemon::events::{Events, Note};
@@ -41,6 +41,7 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 use speaker::bgp_edge::{BgpFactory, RuntimeBfd};
 use speaker::bgp_speaker::{BfdState, BgpSpeaker};
+use speaker::bgp_status::{BgpStatusOutput, Mode as BgpStatusMode, SUMMARY_MIN_WRITE_INTERVAL};
 use speaker::config_state::Loaded;
 use speaker::decide::NodeFacts;
 use speaker::decide::bgp::Options;
@@ -62,7 +63,8 @@ struct Args {
     /// The node this speaker runs on (required).
     #[arg(long, env = "METALLB_NODE_NAME", default_value = "")]
     node_name: String,
-    /// The speaker's Pod: owner of its status objects.
+    /// The speaker's Pod: owner of its ConfigurationState (the per-node status objects
+    /// belong to its Node).
     #[arg(long, env = "METALLB_POD_NAME", default_value = "")]
     pod_name: String,
     /// The uid of `--pod-name` (so that no Pod read is needed).
@@ -136,6 +138,23 @@ struct Args {
     /// Longest time the reconcile loop may go without turning before `/healthz` fails.
     #[arg(long, value_parser = daemon::flags::parse_duration, default_value = "60s")]
     liveness_max_stall: Duration,
+    /// How BGP announcements are reported: `per-service`, one ServiceBGPStatus per
+    /// (Service, node) as MetalLB; `summary`, one NodeBGPStatus per node, for large
+    /// clusters (speaker::bgp_status).
+    #[arg(long, env = "METALLB_SERVICE_BGP_STATUS", value_enum, default_value_t = BgpStatusMode::PerService)]
+    service_bgp_status: BgpStatusMode,
+    /// per-service: past this many ServiceBGPStatus objects on this node, switch to
+    /// the summary (logged, and said in its ConfigurationState) instead of filling etcd.
+    #[arg(long, env = "METALLB_SERVICE_BGP_STATUS_MAX_PER_NODE", default_value_t = speaker::bgp_status::DEFAULT_MAX_PER_NODE)]
+    service_bgp_status_max_per_node: usize,
+    /// BGP `nodeAssigned` events: `one` per Service transition (the first announcing
+    /// node in sha256(node#ip) order; none for Services announced before a restart),
+    /// or `every` announcing node, also after a restart (MetalLB).
+    #[arg(long, value_enum, default_value_t = speaker::node::AssignedEvents::One)]
+    bgp_node_assigned_events: speaker::node::AssignedEvents,
+    /// summary: the most Services a NodeBGPStatus lists one by one (then cut, flagged).
+    #[arg(long, default_value_t = speaker::bgp_status::DEFAULT_MAX_EXCEPTIONS)]
+    node_bgp_status_max_services: usize,
 }
 
 /// Flags accepted for compatibility that do nothing yet: one warning each when given.
@@ -408,6 +427,17 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
         WriterConfig::default(),
         scope.clone(),
         Arc::new(SystemClock),
+        status_metrics.clone(),
+        budget.clone(),
+    );
+    // Its NodeBGPStatus (`--service-bgp-status=summary`, or past the cap).
+    let node_bgp_status: StatusWriter<NodeBGPStatus> = StatusWriter::labeled(
+        WriterConfig {
+            min_write_interval: SUMMARY_MIN_WRITE_INTERVAL,
+            ..WriterConfig::default()
+        },
+        scope.clone(),
+        Arc::new(SystemClock),
         status_metrics,
         budget,
     );
@@ -429,6 +459,15 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
         watches.push(tokio::spawn(status::watch_into(
             l2_status.clone(),
             Api::<ServiceL2Status>::namespaced(client.clone(), &ns),
+            watcher::Config::default().labels(&node_selector),
+        )));
+        let w = node_bgp_status.clone();
+        let api = KubeStatusApi::<NodeBGPStatus>::new(client.clone(), FIELD_MANAGER_SPEAKER);
+        let stop = stopped();
+        tasks.push(tokio::spawn(async move { w.run(api, stop).await }));
+        watches.push(tokio::spawn(status::watch_into(
+            node_bgp_status.clone(),
+            Api::<NodeBGPStatus>::namespaced(client.clone(), &ns),
             watcher::Config::default().labels(&node_selector),
         )));
         let w = session_status.clone();
@@ -472,6 +511,8 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
         BgpSpeaker::new(&node, factory, bfd_ops, peer_tx),
     )
     .with_l2(EdgeL2::new());
+    speaker.set_summary_cap(args.node_bgp_status_max_services);
+    speaker.set_assigned_events(args.bgp_node_assigned_events);
     let mut l2_driver: Option<tokio::task::JoinHandle<Result<(), arp_ndp::linux::DriverError>>> =
         None;
     // The live speakers: the membership's once joined (none before: this node claims
@@ -498,11 +539,28 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
         drop(seeds_tx);
     }
     let mut watched_owners = std::collections::BTreeSet::new();
-    let out = Outputs {
+    let mut bgp_status = BgpStatusOutput::new(
+        &node,
+        args.service_bgp_status,
+        args.service_bgp_status_max_per_node,
+        svc_status.clone(),
+        node_bgp_status.clone(),
+    );
+    bgp_status.set_owner(owner.clone());
+    tracing::info!(
+        mode = args.service_bgp_status.as_str(),
+        "BGP announcements reported per {}",
+        if args.service_bgp_status == BgpStatusMode::PerService {
+            "(Service, node): ServiceBGPStatus"
+        } else {
+            "node: NodeBGPStatus"
+        }
+    );
+    let mut out = Outputs {
         node: node.clone(),
         ns: ns.clone(),
         owner: owner.clone(),
-        svc_status: svc_status.clone(),
+        bgp_status,
         l2_status: l2_status.clone(),
         session_status: session_status.clone(),
         announced: announced_metric.clone(),
@@ -539,6 +597,7 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
             owner: owner.clone(),
             result: Ok(()),
             config_warnings: Vec::new(),
+            bgp_status_note: None,
         };
         let mut batch: Option<Batch> = None;
         loop {
@@ -554,6 +613,14 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
                         tracing::warn!(node, "its Node object does not exist (yet): waiting");
                     }
                     Some(me) => {
+                        // The per-node status objects belong to the Node: a restart
+                        // changes no owner, the Node's deletion collects them.
+                        if let Some(o) = speaker::bgp_status::node_owner(&me)
+                            && out.owner.as_ref() != Some(&o)
+                        {
+                            out.owner = Some(o.clone());
+                            out.bgp_status.set_owner(Some(o));
+                        }
                         let parsed = speaker::node_config::for_node(view.resources(), &me)
                             .and_then(|r| config::parse(&r).map_err(|e| e.to_string()));
                         let outcome = speaker.load(parsed, NodeFacts::of(&me));
@@ -633,6 +700,7 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
                             }
                             if parsed != whole {
                                 whole = parsed;
+                                speaker.set_whole_config(whole.clone());
                                 all = true;
                             }
                         } else {
@@ -698,6 +766,11 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
                     );
                 }
                 out.apply(&mut speaker);
+                let note = out.bgp_status.switched().map(str::to_owned);
+                if note != state.bgp_status_note {
+                    state.bgp_status_note = note;
+                    state.write(&writer, &node_warnings);
+                }
                 if let Some(m) = ml.as_ref() {
                     let owners = speaker.watched_owners();
                     if owners != watched_owners {
@@ -714,7 +787,8 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
                 if all && !synced {
                     // The first full pass: objects of this node nobody wants go.
                     synced = true;
-                    svc_status.initial_sync_done();
+                    out.bgp_status.initial_sync_done();
+                    speaker.initial_pass_done();
                     session_status.initial_sync_done();
                     l2_status.initial_sync_done();
                 }
@@ -978,6 +1052,8 @@ struct StateReport {
     owner: Option<OwnerReference>,
     result: Result<(), String>,
     config_warnings: Vec<String>,
+    /// Why BGP announcements are reported otherwise than configured.
+    bgp_status_note: Option<String>,
 }
 
 impl StateReport {
@@ -993,6 +1069,7 @@ impl StateReport {
         } else {
             Vec::new()
         };
+        warnings.extend(self.bgp_status_note.clone());
         warnings.extend(services.messages());
         desired.status = configuration_state::with_warnings(
             desired.status,
@@ -1088,7 +1165,7 @@ struct Outputs {
     node: String,
     ns: String,
     owner: Option<OwnerReference>,
-    svc_status: StatusWriter<ServiceBGPStatus>,
+    bgp_status: BgpStatusOutput,
     l2_status: StatusWriter<ServiceL2Status>,
     session_status: StatusWriter<BGPSessionStatus>,
     announced: speaker::metrics::Announced,
@@ -1115,28 +1192,10 @@ fn service_identity(key: &str) -> Labels {
 }
 
 impl Outputs {
-    fn apply(&self, speaker: &mut Speaker) {
+    fn apply(&mut self, speaker: &mut Speaker) {
         let fx = speaker.take_effects();
-        for (key, peers) in fx.service_status {
-            let (svc_ns, name) = key.split_once('/').unwrap_or(("", &key));
-            let identity = Labels::from([
-                (LABEL_SERVICE_NAME.to_owned(), name.to_owned()),
-                (LABEL_SERVICE_NAMESPACE.to_owned(), svc_ns.to_owned()),
-            ]);
-            match peers {
-                Some(peers) => self.svc_status.set_labeled(
-                    identity,
-                    Desired::new(MetalLBServiceBGPStatus {
-                        node: self.node.clone(),
-                        service_name: name.to_owned(),
-                        service_namespace: svc_ns.to_owned(),
-                        peers,
-                    })
-                    .owner(self.owner.clone()),
-                ),
-                None => self.svc_status.remove_labeled(identity),
-            }
-        }
+        self.bgp_status
+            .apply(fx.service_status, || speaker.bgp_summary());
         for (key, ip, on) in fx.announced_metric {
             self.announced.set(&key, "bgp", ip, on);
         }

@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::bgp_speaker::{BfdOps, BgpSpeaker, Closing, SessionFactory};
+use crate::bgp_status::Summary;
 use crate::config_state::{ConfigTracker, Loaded};
 use crate::decide::NodeFacts;
 use crate::decide::bgp::{self, Options, Reason};
@@ -67,6 +68,20 @@ impl Effects {
     }
 }
 
+/// Which speakers send a BGP Service's `nodeAssigned` event
+/// (`--bgp-node-assigned-events`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum AssignedEvents {
+    /// One per Service transition: only the first announcing node in the
+    /// `sha256(node#ip)` order (layer 2's tie-break, computed alike by every
+    /// speaker from the whole configuration), and none for the Services
+    /// already announced when the speaker (re)starts.
+    #[default]
+    One,
+    /// Every announcing node, also after a restart (MetalLB).
+    Every,
+}
+
 /// The speaker of one node.
 pub struct NodeSpeaker<F: SessionFactory, B: BfdOps, L: L2Ops = NoL2> {
     options: Options,
@@ -86,6 +101,14 @@ pub struct NodeSpeaker<F: SessionFactory, B: BfdOps, L: L2Ops = NoL2> {
     /// The latest configuration was refused: a Service announced from here has an
     /// address in none of its pools.
     refused: bool,
+    /// What a NodeBGPStatus of this node says (`--service-bgp-status=summary`).
+    summary: Summary,
+    assigned: AssignedEvents,
+    /// The whole configuration (every node's share): who else announces.
+    whole: Option<Config>,
+    /// Before the first full pass: no `nodeAssigned` (the Services were
+    /// announced before the restart) with [`AssignedEvents::One`].
+    initial_pass: bool,
 }
 
 /// The decision for one Service.
@@ -130,6 +153,11 @@ impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B, NoL2> {
             succeeds: BTreeMap::new(),
             effects: Effects::default(),
             refused: false,
+            summary: Summary::default(),
+            // the daemon's default is `One` (its flag); tests and MetalLB: every node
+            assigned: AssignedEvents::Every,
+            whole: None,
+            initial_pass: true,
         }
     }
 
@@ -148,6 +176,10 @@ impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B, NoL2> {
             succeeds: self.succeeds,
             effects: self.effects,
             refused: self.refused,
+            summary: self.summary,
+            assigned: self.assigned,
+            whole: self.whole,
+            initial_pass: self.initial_pass,
         }
     }
 }
@@ -324,6 +356,12 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
             Err(_) => (None, None),
         };
         self.bgp.set_service(key, routes);
+        self.summary.service(
+            key,
+            svc,
+            &decision,
+            now.as_ref().map(|n| n.peers.as_slice()).unwrap_or_default(),
+        );
         let before = self.announced.get(key).cloned();
         let changed = before != now;
         if changed {
@@ -351,7 +389,7 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
                     .service_status
                     .insert(key.to_owned(), now_peers.filter(|p| !p.is_empty()).cloned());
             }
-            if before.is_none() && now.is_some() {
+            if before.is_none() && now.is_some() && self.emits_assigned(facts, svc, slices) {
                 self.effects.node_assigned.push(key.to_owned());
             }
             match now {
@@ -376,6 +414,87 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
         let mut keys: BTreeSet<&str> = self.announced.keys().map(String::as_str).collect();
         keys.extend(self.l2.announced());
         keys.into_iter()
+    }
+
+    /// The NodeBGPStatus status of this node (`--service-bgp-status=summary`):
+    /// its sessions' peers and the Services it reports one by one.
+    pub fn bgp_summary(&self) -> config::api::v1beta1::NodeBGPStatusStatus {
+        let node = self
+            .facts
+            .as_ref()
+            .map(|f| f.name.clone())
+            .unwrap_or_default();
+        let peers: Vec<String> = self.bgp.peers().map(str::to_owned).collect();
+        self.summary.status(&node, &peers)
+    }
+
+    /// Lists at most `max` Services in [`NodeSpeaker::bgp_summary`] (before
+    /// any Service is decided).
+    pub fn set_summary_cap(&mut self, max: usize) {
+        self.summary = Summary::new(max);
+    }
+
+    /// Which speakers send BGP `nodeAssigned` events.
+    pub fn set_assigned_events(&mut self, a: AssignedEvents) {
+        self.assigned = a;
+    }
+
+    /// The whole configuration (every node's share, for who else announces).
+    pub fn set_whole_config(&mut self, whole: Option<Config>) {
+        self.whole = whole;
+    }
+
+    /// The first full pass over the Services is done: from now on a Service
+    /// that starts being announced is a transition.
+    pub fn initial_pass_done(&mut self) {
+        self.initial_pass = false;
+    }
+
+    /// Whether this node sends the `nodeAssigned` of a Service it starts
+    /// announcing: every node with [`AssignedEvents::Every`]; else none in
+    /// the first pass, and only the first node of the `sha256(node#ip)` order
+    /// that announces it (by the whole configuration). Without the whole
+    /// configuration, this node (as before).
+    fn emits_assigned(
+        &self,
+        me: &NodeFacts,
+        svc: Option<&Service>,
+        slices: &[Arc<EndpointSlice>],
+    ) -> bool {
+        if self.assigned == AssignedEvents::Every {
+            return true;
+        }
+        if self.initial_pass {
+            return false;
+        }
+        let (Some(whole), Some(svc)) = (self.whole.as_ref(), svc) else {
+            return true;
+        };
+        let Ok(ip) = cluster_view::services::ingress_ips(svc) else {
+            return true;
+        };
+        let Some(ip) = ip.first().map(|ip| config::gofmt::ip(ip.to_canonical())) else {
+            return true;
+        };
+        let mut order: Vec<([u8; 32], &NodeFacts)> = self
+            .nodes
+            .values()
+            .chain((!self.nodes.contains_key(&me.name)).then_some(me))
+            .map(|n| {
+                use sha2::{Digest, Sha256};
+                let mut h = Sha256::new();
+                h.update(n.name.as_bytes());
+                h.update(b"#");
+                h.update(ip.as_bytes());
+                (h.finalize().into(), n)
+            })
+            .collect();
+        order.sort_unstable_by_key(|a| a.0);
+        let first = order
+            .into_iter()
+            .map(|(_, n)| n)
+            .find(|n| bgp::decide(whole, n, Some(svc), slices, &self.options).is_ok());
+        first.is_none_or(|n| n.name == me.name)
     }
 
     /// Sends the sessions their changed routes.

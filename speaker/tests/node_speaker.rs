@@ -515,3 +515,90 @@ async fn a_configuration_orphaning_an_announced_service_is_refused() {
     assert!(matches!(out.loaded, Loaded::Accepted), "{:?}", out.loaded);
     assert!(!h.node.refused_for_announced());
 }
+
+/// The whole configuration with the Nodes node-1..node-5.
+fn parse_whole(yaml: &str) -> Config {
+    let mut l = Loader::new(LoadOptions::default());
+    for i in 1..=5 {
+        l.add_str(
+            &format!("node{i}.yaml"),
+            &format!(
+                "apiVersion: v1\nkind: Node\nmetadata: {{name: node-{i}, labels: {{rack: a}}}}\n"
+            ),
+        )
+        .unwrap();
+    }
+    l.add_str("c.yaml", yaml).unwrap();
+    config::parse(&l.finish().resources).unwrap()
+}
+
+/// The first of node-1..node-5 in sha256(node#ip) order.
+fn first_node(ip: &str) -> String {
+    use sha2::{Digest, Sha256};
+    (1..=5)
+        .map(|i| format!("node-{i}"))
+        .min_by_key(|n| {
+            let h: [u8; 32] = Sha256::digest(format!("{n}#{ip}").as_bytes()).into();
+            h
+        })
+        .unwrap()
+}
+
+#[test]
+fn one_node_assigned_per_service_and_none_after_a_restart() {
+    use speaker::node::AssignedEvents;
+    let mut h = Harness::new();
+    h.node.set_assigned_events(AssignedEvents::One);
+    let nodes: BTreeMap<String, NodeFacts> = (1..=5)
+        .map(|i| {
+            let n: Node = serde_json::from_value(
+                json!({"metadata": {"name": format!("node-{i}"), "labels": {"rack": "a"}}}),
+            )
+            .unwrap();
+            (format!("node-{i}"), NodeFacts::of(&n))
+        })
+        .collect();
+    h.node.set_nodes(nodes);
+    h.node.set_whole_config(Some(parse_whole(&config("", 50))));
+    h.node.load(parse(&config("", 50)), facts(&[("rack", "a")]));
+    // the first pass after a (re)start: announced before, no event
+    h.node.service(
+        "default/old",
+        Some(&svc("old", "198.51.100.200")),
+        &slices("old"),
+    );
+    let fx = h.node.take_effects();
+    assert!(fx.node_assigned.is_empty());
+    assert_eq!(fx.service_status.len(), 1, "announced all the same");
+    h.node.initial_pass_done();
+    // addresses where node-1 comes first, and where it does not
+    let mine: Vec<String> = (1..100)
+        .map(|i| format!("198.51.100.{i}"))
+        .filter(|ip| first_node(ip) == "node-1")
+        .take(3)
+        .collect();
+    let others: Vec<String> = (1..100)
+        .map(|i| format!("198.51.100.{i}"))
+        .filter(|ip| first_node(ip) != "node-1")
+        .take(3)
+        .collect();
+    assert_eq!((mine.len(), others.len()), (3, 3));
+    for (i, ip) in mine.iter().chain(&others).enumerate() {
+        let name = format!("s{i}");
+        h.node.service(
+            &format!("default/{name}"),
+            Some(&svc(&name, ip)),
+            &slices(&name),
+        );
+        let fx = h.node.take_effects();
+        let sent = fx.node_assigned == [format!("default/{name}")];
+        assert_eq!(sent, mine.contains(ip), "{ip}: first is {}", first_node(ip));
+        assert!(sent || fx.node_assigned.is_empty());
+    }
+    // MetalLB's behaviour on request: every node, every time
+    h.node.set_assigned_events(AssignedEvents::Every);
+    let ip = &others[0];
+    h.node
+        .service("default/s0b", Some(&svc("s0b", ip)), &slices("s0b"));
+    assert_eq!(h.node.take_effects().node_assigned, ["default/s0b"]);
+}

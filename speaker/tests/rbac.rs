@@ -160,6 +160,56 @@ const USED: &[(&str, &str, &str, &str, &str)] = &[
         "patch",
         "status writer apply",
     ),
+    // NodeBGPStatus <node> (--service-bgp-status=summary; label-keyed writer).
+    (
+        "metallb.io",
+        "nodebgpstatuses",
+        "*",
+        "create",
+        "status writer create (named after the node)",
+    ),
+    (
+        "metallb.io",
+        "nodebgpstatuses",
+        "*",
+        "get",
+        "status writer Fetch",
+    ),
+    (
+        "metallb.io",
+        "nodebgpstatuses",
+        "*",
+        "list",
+        "status::watch_into (label metallb.io/node)",
+    ),
+    (
+        "metallb.io",
+        "nodebgpstatuses",
+        "*",
+        "watch",
+        "status::watch_into",
+    ),
+    (
+        "metallb.io",
+        "nodebgpstatuses",
+        "*",
+        "patch",
+        "status writer metadata apply",
+    ),
+    (
+        "metallb.io",
+        "nodebgpstatuses",
+        "*",
+        "delete",
+        "status writer: the per-service mode's initial sync",
+    ),
+    (
+        "metallb.io",
+        "nodebgpstatuses/status",
+        "*",
+        "patch",
+        "status writer apply",
+    ),
     // ServiceL2Status of the Services this node announces in layer 2 (label-keyed
     // writer; the owner also deletes the other nodes' objects of its Services).
     (

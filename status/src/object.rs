@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use config::api::v1beta1::{
-    BGPSessionStatus, ConfigurationState, ConfigurationStateStatus, IPAddressPool,
+    BGPSessionStatus, ConfigurationState, ConfigurationStateStatus, IPAddressPool, NodeBGPStatus,
     ServiceBGPStatus, ServiceL2Status,
 };
 use config::api::{LABEL_NODE, LABEL_PEER};
@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 /// A namespaced object whose status the writer writes.
 ///
 /// Implemented for `ConfigurationState`, `ServiceL2Status`, `ServiceBGPStatus`,
-/// `BGPSessionStatus` and `IPAddressPool` (status only).
+/// `BGPSessionStatus`, `NodeBGPStatus` and `IPAddressPool` (status only).
 pub trait StatusObject:
     Resource<DynamicType = (), Scope = NamespaceResourceScope>
     + HasStatus<
@@ -136,6 +136,24 @@ impl StatusObject for BGPSessionStatus {
     fn name(identity: &Labels) -> Option<String> {
         let name = session_name(identity);
         (!name.is_empty() && name.len() <= MAX_NAME).then_some(name)
+    }
+}
+
+impl StatusObject for NodeBGPStatus {
+    const KIND: &'static str = "NodeBGPStatus";
+
+    /// Named after its node ([`StatusObject::name`]); this prefix is the
+    /// fallback when that name is taken by another node's object.
+    fn generate_name(_identity: &Labels) -> String {
+        "nodebgp-".to_owned()
+    }
+
+    /// The node's name (the label `metallb.io/node`).
+    fn name(identity: &Labels) -> Option<String> {
+        identity
+            .get(LABEL_NODE)
+            .filter(|n| !n.is_empty() && n.len() <= MAX_NAME)
+            .cloned()
     }
 }
 

@@ -658,6 +658,127 @@ pub struct MetalLBServiceBGPStatus {
 }
 
 // ---------------------------------------------------------------------------
+// NodeBGPStatus (metallb-rs)
+
+/// What one node announces in BGP, in the speaker's summary mode
+/// (`--service-bgp-status=summary`): one object per node (named after it)
+/// instead of one ServiceBGPStatus per (Service, node). It holds only what
+/// the configuration and the Services do not tell: the peers in effect here,
+/// the prefixes of `externalTrafficPolicy: Local` Services announced here,
+/// and the Services an advertisement selects here that are not announced.
+/// An `externalTrafficPolicy: Cluster` Service announced as the
+/// configuration says changes no node's object.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "metallb.io",
+    version = "v1beta1",
+    kind = "NodeBGPStatus",
+    plural = "nodebgpstatuses",
+    namespaced,
+    no_spec,
+    status = "NodeBGPStatusStatus",
+    derive = "Default",
+    derive = "PartialEq",
+    category = "metallb",
+    shortname = "nodebgp",
+    doc = "NodeBGPStatus sums up what one node announces in BGP (the speaker's summary mode): its peers, its externalTrafficPolicy Local prefixes and the Services it does not announce against the configuration.",
+    printcolumn(name = "Node", type_ = "string", json_path = ".status.node"),
+    printcolumn(name = "Peers", type_ = "string", json_path = ".status.peers"),
+    printcolumn(
+        name = "Local Services",
+        type_ = "integer",
+        json_path = ".status.localServices"
+    ),
+    printcolumn(
+        name = "Withdrawn",
+        type_ = "integer",
+        json_path = ".status.withdrawnServices"
+    ),
+    printcolumn(name = "Withheld", type_ = "string", json_path = ".status.withheld"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+pub struct NodeBGPStatusSpec {}
+
+/// Status of a `NodeBGPStatus`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(default, rename_all = "camelCase")]
+pub struct NodeBGPStatusStatus {
+    /// The node.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub node: String,
+    /// BGPPeer names with a session on this node (the peers in effect).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<String>,
+    /// Why this node announces nothing although advertisements select it
+    /// (`nodeNetworkUnavailable`, `nodeLabeledExcludeBalancers`); empty
+    /// otherwise. The Services it withholds are not listed one by one.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub withheld: String,
+    /// Prefixes of `externalTrafficPolicy: Local` Services announced from
+    /// here, per pool and BGPAdvertisement.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub local_prefixes: Vec<PrefixCount>,
+    /// How many `externalTrafficPolicy: Local` Services are announced from
+    /// here (all of them, listed or not).
+    #[serde(skip_serializing_if = "is_zero_i32")]
+    pub local_services: i32,
+    /// How many Services an advertisement selects here but this node does
+    /// not announce for another reason than `withheld` (all of them).
+    #[serde(skip_serializing_if = "is_zero_i32")]
+    pub withdrawn_services: i32,
+    /// The Services behind `localServices` and `withdrawnServices`, sorted
+    /// by namespace and name, cut at the speaker's cap.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub exceptions: Vec<ServiceException>,
+    /// Whether `exceptions` was cut.
+    #[serde(skip_serializing_if = "is_false")]
+    pub exceptions_truncated: bool,
+}
+
+/// Announced prefixes of one pool under one BGPAdvertisement.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PrefixCount {
+    /// The IPAddressPool.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub pool: String,
+    /// The BGPAdvertisement.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub advertisement: String,
+    /// Distinct prefixes.
+    #[serde(skip_serializing_if = "is_zero_i32")]
+    pub prefixes: i32,
+}
+
+/// One Service a node announces or withdraws against what the
+/// configuration alone says.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ServiceException {
+    /// The Service's namespace.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub service_namespace: String,
+    /// The Service's name.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub service_name: String,
+    /// Whether this node announces it (an `externalTrafficPolicy: Local`
+    /// Service with an endpoint here).
+    #[serde(skip_serializing_if = "is_false")]
+    pub announced: bool,
+    /// Why it is not announced (MetalLB's word, e.g.
+    /// `conflictingAdvertisements`); empty when announced.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// BGPPeer names it is sent to from here (announced only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<String>,
+}
+
+// ---------------------------------------------------------------------------
 // BGPSessionStatus (metallb-rs)
 
 /// The state of one BGP session of one node, written by that node's speaker.

@@ -106,6 +106,23 @@ pub fn sample(kind: &str, name: &str) -> Option<(&'static str, Value, Option<Val
                 "peers": [format!("{name}-peer")],
             })),
         ),
+        "NodeBGPStatus" => (
+            "metallb.io/v1beta1",
+            json!({}),
+            Some(json!({
+                "node": "node-2",
+                "peers": [format!("{name}-peer")],
+                "localServices": 2,
+                "withdrawnServices": 1,
+                "withheld": "nodeNetworkUnavailable",
+                "exceptions": [
+                    {"serviceNamespace": "shop", "serviceName": "cart", "announced": true,
+                     "peers": [format!("{name}-peer")]},
+                    {"serviceNamespace": "shop", "serviceName": "db",
+                     "reason": "conflictingAdvertisements"},
+                ],
+            })),
+        ),
         "ConfigurationState" => (
             "metallb.io/v1beta1",
             json!({}),

@@ -807,8 +807,8 @@ async fn status_objects_show_every_session_and_which_node_announces_which_servic
                     && s["serviceNamespace"] == ns.as_str()
                     && s["peers"] == json!(["router"])
                     && owner.len() == 1
-                    && owner[0].kind == "Pod"
-                    && owner[0].name == format!("speaker-{node}"),
+                    && owner[0].kind == "Node"
+                    && owner[0].name == node,
                 "ServiceBGPStatus {:?}: generateName {:?} status {s} owners {owner:?}",
                 o.metadata.name,
                 o.metadata.generate_name

@@ -291,7 +291,7 @@ async fn bgp_advertisements_that_cannot_announce_are_explained_warned_and_cleare
         );
         ensure!(
             text.contains(
-                "reported by the speakers (ServiceBGPStatus, ServiceL2Status):\n  nothing"
+                "reported by the speakers (ServiceBGPStatus, NodeBGPStatus, ServiceL2Status):\n  nothing"
             ),
             "{text}"
         );
