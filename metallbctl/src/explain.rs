@@ -6,7 +6,7 @@
 //! each request with a deadline), with what the speakers report
 //! (ServiceBGPStatus, ServiceL2Status) next to what they should decide.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use config::load::{LoadOptions, Loader};
 use speaker::decide::bgp::Options;
-use speaker::explain::Explanation;
+use speaker::explain::{Explanation, LiveSpeakers};
 
 use crate::live::Summarised;
 
@@ -61,8 +61,10 @@ struct ServiceArgs {
     output: Output,
 
     /// The speakers taking part in layer-2 elections (node names, comma-separated), as
-    /// their membership sees them. Default: from the cluster, the Nodes whose speaker
-    /// Pod is Ready (`--speaker-labels`); from files, every Node (membership off).
+    /// their membership sees them, for every node. Default: from the cluster, each Ready
+    /// speaker's own view (its ConfigurationState's `layer2Membership`), else the Nodes
+    /// whose speaker Pod is Ready (`--speaker-labels`); from files, every Node
+    /// (membership off).
     #[arg(long, value_delimiter = ',', value_name = "NODES")]
     live_speakers: Option<Vec<String>>,
 
@@ -128,15 +130,16 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             bail!("the cluster has no Node: explain decides per Node");
         }
         let speakers = match given {
-            Some(g) => Some(g),
+            Some(g) => LiveSpeakers::same(g),
             None => {
+                let timeout = Duration::from_secs(args.timeout);
                 let ready = rt.block_on(crate::live::ready_speaker_nodes(
                     &args.namespace,
                     &args.speaker_labels,
-                    Duration::from_secs(args.timeout),
+                    timeout,
                 ))?;
-                // No speaker Pod found (another label, or none runs): every Node.
-                (!ready.is_empty()).then_some(ready)
+                let views = rt.block_on(crate::live::membership_views(&args.namespace, timeout))?;
+                live_speakers(ready, views)
             }
         };
         let explanation = speaker::explain::service(
@@ -145,7 +148,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             live.service.as_ref(),
             &live.slices,
             &options,
-            speakers.as_ref(),
+            &speakers,
         );
         Report {
             explanation,
@@ -160,7 +163,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 svc.as_deref(),
                 &slices,
                 &options,
-                given.as_ref(),
+                &given.map(LiveSpeakers::same).unwrap_or_default(),
             ),
             reported: None,
         }
@@ -285,6 +288,26 @@ fn print_reported(
 
 /// Where what the speakers report differs from what they should decide
 /// (a speaker down, not running there, or not caught up yet).
+/// Who each node elects with, live: a Ready speaker's own membership view
+/// when it publishes one it can be elected with (membership on, not past
+/// the size it lists), else the Nodes whose speaker Pod is Ready; every Node
+/// when no speaker Pod is found (another label, or none runs). A view of a
+/// speaker not Ready is stale (its process may be gone): not used.
+fn live_speakers(
+    ready: BTreeSet<String>,
+    views: BTreeMap<String, config::api::v1beta1::Layer2Membership>,
+) -> LiveSpeakers {
+    let reported = views
+        .into_iter()
+        .filter(|(node, _)| ready.contains(node))
+        .filter_map(|(node, v)| Some((node, (v.electing()?, v.state))))
+        .collect();
+    LiveSpeakers {
+        reported,
+        otherwise: (!ready.is_empty()).then_some(ready),
+    }
+}
+
 fn differences(e: &Explanation, r: &crate::live::Reported) -> Vec<String> {
     let mut out = Vec::new();
     let decided_bgp: std::collections::BTreeSet<&str> = e
@@ -577,5 +600,123 @@ mod tests {
             Summarised::of(&st, "demo", "web"),
             Summarised::Withdrawn("nodeNetworkUnavailable".into())
         );
+    }
+
+    /// Issue 27: live, each node elects with the view its speaker reports
+    /// (ConfigurationState `layer2Membership`), as its speaker does: views
+    /// that differ show as two nodes answering, with a warning naming the
+    /// views; a fenced or joining speaker says so; the view of a speaker
+    /// whose Pod is not Ready is stale and not used.
+    #[test]
+    fn each_node_elects_with_the_view_its_speaker_reports() {
+        use clap::Parser;
+        use config::api::v1beta1::Layer2Membership;
+        use sha2::{Digest, Sha256};
+        #[derive(Parser)]
+        struct T {
+            #[command(flatten)]
+            a: ServiceArgs,
+        }
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/explain-l2");
+        let t = T::try_parse_from(["t", "demo/web", "-f", dir.to_str().unwrap()]).unwrap();
+        let (resources, svc, slices) = from_files(&t.a, "demo", "web").unwrap();
+        // MetalLB's order of the two candidates for the Service's address.
+        let mut order = ["edge-1", "edge-2"];
+        order.sort_by_key(|n| Sha256::digest(format!("{n}#198.51.100.5")).to_vec());
+        let [first, second] = order;
+        let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+        let view =
+            |v: &[&str], joined: bool, fenced: bool| Layer2Membership::of(&set(v), joined, fenced);
+        let run = |ready: &[&str], views: Vec<(&str, Layer2Membership)>| {
+            let live = live_speakers(
+                set(ready),
+                views.into_iter().map(|(n, v)| (n.to_owned(), v)).collect(),
+            );
+            speaker::explain::service(
+                &resources,
+                "demo/web",
+                svc.as_deref(),
+                &slices,
+                &Options::default(),
+                &live,
+            )
+        };
+        let answering = |e: &Explanation| -> Vec<String> {
+            let l2 = e.l2.as_ref().expect("an L2 section");
+            l2.nodes
+                .iter()
+                .filter(|n| n.announced)
+                .map(|n| n.node.clone())
+                .collect()
+        };
+        let hint = |e: &Explanation, node: &str| -> String {
+            let l2 = e.l2.as_ref().expect("an L2 section");
+            let n = l2.nodes.iter().find(|n| n.node == node).unwrap();
+            n.hint.clone().unwrap_or_default()
+        };
+        let all = ["edge-1", "edge-2", "worker-1"];
+
+        // The same view everywhere: the first of MetalLB's order answers alone.
+        let e = run(
+            &all,
+            all.iter().map(|n| (*n, view(&all, true, false))).collect(),
+        );
+        assert_eq!(answering(&e), [first], "{e:#?}");
+        assert!(e.warnings.is_empty(), "{:?}", e.warnings);
+
+        // The second holds the first down, the first still sees both: both answer.
+        let e = run(
+            &all,
+            vec![
+                (first, view(&all, true, false)),
+                (second, view(&[second, "worker-1"], true, false)),
+            ],
+        );
+        let mut both = vec![first.to_owned(), second.to_owned()];
+        both.sort();
+        assert_eq!(answering(&e), both, "{e:#?}");
+        let w = e.warnings.join("\n");
+        assert!(
+            w.contains("membership views differ") && w.contains("all answer for Service demo/web"),
+            "{w}"
+        );
+
+        // The first is self-fenced: it answers for nothing and says why.
+        let e = run(
+            &all,
+            vec![
+                (first, view(&all, true, true)),
+                (second, view(&[second, "worker-1"], true, false)),
+            ],
+        );
+        assert_eq!(answering(&e), [second], "{e:#?}");
+        assert!(
+            hint(&e, first).contains("SelfFenced"),
+            "{}",
+            hint(&e, first)
+        );
+
+        // The first's Pod is not Ready: its (stale) view is not used, it is not live.
+        let e = run(
+            &[second, "worker-1"],
+            vec![
+                (first, view(&all, true, false)),
+                (second, view(&[second, "worker-1"], true, false)),
+            ],
+        );
+        assert_eq!(answering(&e), [second], "{e:#?}");
+        assert!(
+            hint(&e, first).contains("is not live"),
+            "{}",
+            hint(&e, first)
+        );
+
+        // A view too large to list: the Ready speakers stand in for it.
+        let mut big = view(&all, true, false);
+        big.truncated = true;
+        big.live_speakers.clear();
+        let e = run(&all, vec![(first, big)]);
+        assert_eq!(answering(&e), [first], "{e:#?}");
     }
 }

@@ -280,6 +280,30 @@ fn arcs<T>(v: Vec<T>) -> Vec<Arc<T>> {
     v.into_iter().map(Arc::new).collect()
 }
 
+/// Each speaker's layer-2 membership view, by node: the `layer2Membership` of
+/// the speakers' ConfigurationStates in `metallb_ns` (none with membership
+/// off, or where MetalLB's own CRD, which lacks the field, is installed).
+pub async fn membership_views(
+    metallb_ns: &str,
+    timeout: Duration,
+) -> anyhow::Result<BTreeMap<String, v1beta1::Layer2Membership>> {
+    let client = client(timeout).await?;
+    let states = list(
+        Api::<v1beta1::ConfigurationState>::namespaced(client, metallb_ns),
+        "configurationstates",
+        &ListParams::default().labels(&format!("{}=speaker", config::api::LABEL_COMPONENT_TYPE)),
+        timeout,
+    )
+    .await?;
+    Ok(states
+        .into_iter()
+        .filter_map(|s| {
+            let node = s.metadata.labels?.remove(config::api::LABEL_NODE_NAME)?;
+            Some((node, s.status?.layer2_membership?))
+        })
+        .collect())
+}
+
 /// The Nodes whose speaker Pod (`labels` in `metallb_ns`) is Ready: the speakers
 /// taking part in layer-2 elections as far as the API server can tell (a speaker
 /// joins the membership once it can announce, and its readiness follows).

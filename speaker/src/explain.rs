@@ -7,9 +7,13 @@
 //!
 //! Both modes: BGP (what each node sends to which BGPPeer) and layer 2 (the
 //! election order every speaker computes, with scores, and the interfaces).
-//! Layer 2 takes the live speakers as given (`live`: `metallbctl explain
+//! Layer 2 takes the live speakers per node ([`LiveSpeakers`]): the view
+//! each speaker reports of its membership (its ConfigurationState's
+//! `layer2Membership`), else a set given (`metallbctl explain
 //! --live-speakers`, or the Nodes whose speaker Pod is Ready), or every Node
-//! when not given (membership off, as MetalLB's "memberlist disabled").
+//! (membership off, as MetalLB's "memberlist disabled"). Each node decides
+//! with its own view, as its speaker does: views that differ show as two
+//! nodes answering, or none.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -27,6 +31,59 @@ use crate::decide::bgp::{self, Options, Reason};
 use crate::decide::l2::{self, Election};
 use crate::decide::sessions;
 use crate::node_config;
+
+/// The speakers each node elects with in layer 2.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LiveSpeakers {
+    /// Per node, the view its speaker reports (empty: it elects with
+    /// nobody, joining or self-fenced), with its state word.
+    pub reported: BTreeMap<String, (BTreeSet<String>, String)>,
+    /// For the other nodes: a set, or `None` (every Node).
+    pub otherwise: Option<BTreeSet<String>>,
+}
+
+impl LiveSpeakers {
+    /// Every Node is live (membership off).
+    pub fn every() -> Self {
+        Self::default()
+    }
+
+    /// The same set for every node.
+    pub fn same(live: BTreeSet<String>) -> Self {
+        LiveSpeakers {
+            reported: BTreeMap::new(),
+            otherwise: Some(live),
+        }
+    }
+
+    /// The set `node` elects with.
+    pub fn of(&self, node: &str) -> Option<&BTreeSet<String>> {
+        self.reported
+            .get(node)
+            .map(|(v, _)| v)
+            .or(self.otherwise.as_ref())
+    }
+
+    /// The distinct views of the reporting nodes, when they differ: each
+    /// with the nodes that hold it (at most `max` views).
+    fn disagreements(&self, max: usize) -> Vec<(BTreeSet<String>, Vec<String>)> {
+        let mut by_view: BTreeMap<&BTreeSet<String>, Vec<String>> = BTreeMap::new();
+        for (node, (view, _)) in &self.reported {
+            // A node electing with nobody disagrees with no one: it wins nothing.
+            if !view.is_empty() {
+                by_view.entry(view).or_default().push(node.clone());
+            }
+        }
+        if by_view.len() < 2 {
+            return Vec::new();
+        }
+        by_view
+            .into_iter()
+            .take(max)
+            .map(|(v, n)| (v.clone(), n))
+            .collect()
+    }
+}
 
 /// The explanation of one Service.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -115,14 +172,14 @@ pub struct PeerRoute {
 
 /// Explains `svc` (`namespace/name`; `None`: it does not exist) on every
 /// Node of `resources`, with the Service's EndpointSlices `slices`; `live`:
-/// the speakers taking part in layer-2 elections (`None`: every Node).
+/// the speakers each node takes part in layer-2 elections with.
 pub fn service(
     resources: &Resources,
     key: &str,
     svc: Option<&Service>,
     slices: &[Arc<EndpointSlice>],
     options: &Options,
-    live: Option<&BTreeSet<String>>,
+    live: &LiveSpeakers,
 ) -> Explanation {
     let ips = svc
         .and_then(|s| s.status.as_ref()?.load_balancer.as_ref()?.ingress.clone())
@@ -165,12 +222,13 @@ pub fn service(
                 continue;
             }
         };
+        let view = live.of(&facts.name);
         let d = l2::decide(
             &config,
             &facts.name,
             l2::Cluster {
                 nodes: &facts_all,
-                live,
+                live: view,
             },
             svc,
             slices,
@@ -184,17 +242,28 @@ pub fn service(
             .bgp_advertisements
             .iter()
             .any(|a| l2_selects_pool(&config, &a.pools, &ips));
-        if election.is_none() {
+        let mut l2_node = node_l2(&d, &config, &facts, svc, key, &ips, options);
+        // The election shown: the one of a node that answers (the first
+        // node's when none does).
+        if election.is_none()
+            || (l2_node.announced && !l2_nodes.iter().any(|n: &NodeL2| n.announced))
+        {
             election = d.election.clone();
         }
-        let mut l2_node = node_l2(&d, &config, &facts, svc, key, &ips, options);
-        if !l2_node.announced && live.is_some_and(|l| !l.contains(&facts.name)) {
+        if !l2_node.announced && view.is_some_and(|l| !l.contains(&facts.name)) {
             let more = l2_node.hint.take().unwrap_or_default();
-            l2_node.hint = Some(format!(
-                "the speaker of node {} is not live (not a member of the speakers' \
-                 membership): no candidate; {more}",
-                facts.name
-            ));
+            l2_node.hint = Some(match live.reported.get(&facts.name) {
+                Some((_, state)) => format!(
+                    "the speaker of node {} reports its membership {state}: it answers for \
+                     nothing; {more}",
+                    facts.name
+                ),
+                None => format!(
+                    "the speaker of node {} is not live (not a member of the speakers' \
+                     membership): no candidate; {more}",
+                    facts.name
+                ),
+            });
         }
         l2_nodes.push(l2_node);
         let (specs, _skipped) = sessions::sessions(&config, &facts);
@@ -267,6 +336,37 @@ pub fn service(
             "no L2Advertisement or BGPAdvertisement selects the IPAddressPool of Service {key} \
              (their spec.ipAddressPools / spec.ipAddressPoolSelectors): nothing announces it"
         ));
+    }
+    if l2_used {
+        let answering: Vec<&str> = l2_nodes
+            .iter()
+            .filter(|n| n.announced)
+            .map(|n| n.node.as_str())
+            .collect();
+        let views = live.disagreements(4);
+        if !views.is_empty() {
+            let shown: Vec<String> = views
+                .iter()
+                .map(|(v, n)| {
+                    format!(
+                        "{} see{} {}",
+                        n.join(", "),
+                        if n.len() == 1 { "s" } else { "" },
+                        v.iter().cloned().collect::<Vec<_>>().join(", ")
+                    )
+                })
+                .collect();
+            warnings.push(format!(
+                "the speakers' membership views differ ({}): a change still spreading, or \
+                 speakers cut from each other; {}",
+                shown.join("; "),
+                match answering.as_slice() {
+                    [] => format!("no node answers for Service {key}"),
+                    [one] => format!("{one} answers for Service {key}"),
+                    many => format!("{} all answer for Service {key}", many.join(", ")),
+                }
+            ));
+        }
     }
     let l2 = l2_used.then_some(L2 {
         election,

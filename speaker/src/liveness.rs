@@ -15,6 +15,7 @@
 
 use std::collections::BTreeSet;
 
+use config::api::v1beta1::Layer2Membership;
 use tokio::sync::watch;
 
 /// The publishing half of [`Liveness::new`] (tests, or another source).
@@ -36,6 +37,8 @@ enum Source {
 pub struct Liveness {
     source: Source,
     fenced: bool,
+    /// Membership on but not joined yet ([`Liveness::joining`]).
+    joining: bool,
 }
 
 impl Liveness {
@@ -47,8 +50,17 @@ impl Liveness {
             Liveness {
                 source: Source::Published(rx),
                 fenced: false,
+                joining: false,
             },
         )
+    }
+
+    /// Membership on, not joined yet: nobody is live for this node (it
+    /// claims nothing) until [`Liveness::membership`] replaces it.
+    pub fn joining() -> (LiveSender, Liveness) {
+        let (tx, mut l) = Self::new(Some(BTreeSet::new()));
+        l.joining = true;
+        (tx, l)
     }
 
     /// Membership off: the set is `None` (keep the sender, or the seam
@@ -66,7 +78,19 @@ impl Liveness {
         Liveness {
             source: Source::Membership { live, fenced },
             fenced: false,
+            joining: false,
         }
+    }
+
+    /// What this speaker publishes of its membership view (its
+    /// ConfigurationState's `layer2Membership`, read by `metallbctl explain`):
+    /// `None` with membership off.
+    pub fn report(&self) -> Option<Layer2Membership> {
+        let live = match &self.source {
+            Source::Published(rx) => rx.borrow().clone()?,
+            Source::Membership { live, .. } => live.borrow().clone(),
+        };
+        Some(Layer2Membership::of(&live, !self.joining, self.fenced()))
     }
 
     /// The set now (empty while fenced).
@@ -165,6 +189,39 @@ mod tests {
         drop(tx);
         let r = tokio::time::timeout(Duration::from_millis(50), l.changed()).await;
         assert!(r.is_err(), "a dropped membership must not spin the loop");
+    }
+
+    /// What explain reads: nothing with membership off, `Joining` (electing
+    /// with nobody) before the join, then the live set, and `SelfFenced`
+    /// (electing with nobody) while fenced.
+    #[tokio::test]
+    async fn the_view_reported_follows_join_and_fence() {
+        let (_tx, off) = Liveness::memberlist_disabled();
+        assert_eq!(off.report(), None);
+        let (_tx, joining) = Liveness::joining();
+        let r = joining.report().unwrap();
+        assert_eq!((r.state.as_str(), r.electing()), ("Joining", set(&[])));
+        let (tx, rx) = watch::channel(set(&["node-1", "node-2"]).unwrap());
+        let (fence_tx, fence_rx) = watch::channel(false);
+        let l = Liveness::membership(rx, fence_rx);
+        let r = l.report().unwrap();
+        assert_eq!(
+            (r.state.as_str(), r.live_count, r.electing()),
+            ("Joined", 2, set(&["node-1", "node-2"]))
+        );
+        fence_tx.send_replace(true);
+        let r = l.report().unwrap();
+        assert_eq!(
+            (r.state.as_str(), r.live_count, r.electing()),
+            ("SelfFenced", 2, set(&[]))
+        );
+        fence_tx.send_replace(false);
+        // Past the cap only the count: explain cannot elect with it.
+        let many: BTreeSet<String> = (0..300).map(|i| format!("node-{i}")).collect();
+        tx.send_replace(many);
+        let r = l.report().unwrap();
+        assert!(r.truncated && r.live_speakers.is_empty() && r.live_count == 300);
+        assert_eq!(r.electing(), None);
     }
 
     /// The protocol's fence is a watch: raised, the set is empty at once;

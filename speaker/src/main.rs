@@ -518,7 +518,7 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
     // The live speakers: the membership's once joined (none before: this node claims
     // nothing until it joins), or "every known Node" without it.
     let (_live_tx, mut liveness) = if ml_pending.is_some() {
-        let (tx, l) = Liveness::new(Some(std::collections::BTreeSet::new()));
+        let (tx, l) = Liveness::joining();
         (Some(tx), l)
     } else {
         let (tx, l) = Liveness::memberlist_disabled();
@@ -598,6 +598,7 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
             result: Ok(()),
             config_warnings: Vec::new(),
             bgp_status_note: None,
+            membership: None,
         };
         let mut batch: Option<Batch> = None;
         loop {
@@ -793,6 +794,14 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
                     l2_status.initial_sync_done();
                 }
             }
+            // The membership view explain elects with, on changes (coalesced by
+            // the writer: one write a second at most).
+            // (Not before a configuration: the state written would claim one.)
+            let membership = liveness.report();
+            if speaker.config().is_some() && membership != state.membership {
+                state.membership = membership;
+                state.write(&writer, &node_warnings);
+            }
             // Wait for the next change, beating while idle.
             loop {
                 tokio::select! {
@@ -819,8 +828,12 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
                     }
                     live = liveness.changed() => {
                         tracing::debug!(?live, "live speakers");
-                        if speaker.set_live(live) {
+                        let changed = speaker.set_live(live);
+                        if changed {
                             batch = Some(Batch::All);
+                        }
+                        // (a change while fenced changes no decision, but the view)
+                        if changed || liveness.report() != state.membership {
                             break;
                         }
                     }
@@ -1054,6 +1067,8 @@ struct StateReport {
     config_warnings: Vec<String>,
     /// Why BGP announcements are reported otherwise than configured.
     bgp_status_note: Option<String>,
+    /// Its layer-2 membership view (membership on).
+    membership: Option<config::api::v1beta1::Layer2Membership>,
 }
 
 impl StateReport {
@@ -1076,6 +1091,7 @@ impl StateReport {
             &warnings,
             configuration_state::now(),
         );
+        desired.status.layer2_membership = self.membership.clone();
         writer.set_desired(self.component.key(&self.ns), desired);
     }
 }

@@ -85,6 +85,7 @@ pub fn valid(component: &Component, now: Time) -> ConfigurationStateStatus {
             last_transition_time: now,
             observed_generation: None,
         }],
+        layer2_membership: None,
     }
 }
 
@@ -104,6 +105,7 @@ pub fn invalid(component: &Component, error: &dyn Display, now: Time) -> Configu
             last_transition_time: now,
             observed_generation: None,
         }],
+        layer2_membership: None,
     }
 }
 

@@ -534,6 +534,78 @@ pub struct ConfigurationStateStatus {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "schema::conditions")]
     pub conditions: Vec<Condition>,
+    /// A speaker's view of the layer-2 membership (metallb-rs; absent with
+    /// membership off and from the controller): what `metallbctl explain`
+    /// elects with for this node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layer2_membership: Option<Layer2Membership>,
+}
+
+/// The most live speakers a [`Layer2Membership`] names one by one; past it
+/// only their count (a list of thousands rewritten on every change would
+/// cost more than it tells).
+pub const MAX_PUBLISHED_LIVE_SPEAKERS: usize = 256;
+
+/// A speaker's view of the layer-2 membership.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Layer2Membership {
+    /// `Joining` (not a member yet: it answers for nothing), `Joined`, or
+    /// `SelfFenced` (no majority of the speakers answers: it answers for
+    /// nothing).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub state: String,
+    /// How many speakers it holds live, itself included.
+    pub live_count: i32,
+    /// Their node names, sorted; empty past 256 (`MAX_PUBLISHED_LIVE_SPEAKERS`)
+    /// (then `truncated`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub live_speakers: Vec<String>,
+    /// Whether `liveSpeakers` was left out for its size.
+    #[serde(skip_serializing_if = "is_false")]
+    pub truncated: bool,
+}
+
+/// [`Layer2Membership::state`] values.
+pub const MEMBERSHIP_JOINING: &str = "Joining";
+/// Joined.
+pub const MEMBERSHIP_JOINED: &str = "Joined";
+/// Self-fenced.
+pub const MEMBERSHIP_SELF_FENCED: &str = "SelfFenced";
+
+impl Layer2Membership {
+    /// The view of a speaker that holds `live` live (`fenced`: it answers
+    /// for nothing meanwhile; `joined`: a member yet).
+    pub fn of(live: &std::collections::BTreeSet<String>, joined: bool, fenced: bool) -> Self {
+        let truncated = live.len() > MAX_PUBLISHED_LIVE_SPEAKERS;
+        Layer2Membership {
+            state: if !joined {
+                MEMBERSHIP_JOINING
+            } else if fenced {
+                MEMBERSHIP_SELF_FENCED
+            } else {
+                MEMBERSHIP_JOINED
+            }
+            .to_owned(),
+            live_count: i32::try_from(live.len()).unwrap_or(i32::MAX),
+            live_speakers: if truncated {
+                Vec::new()
+            } else {
+                live.iter().cloned().collect()
+            },
+            truncated,
+        }
+    }
+
+    /// The speakers it elects with, when it says: none while joining or
+    /// fenced (it wins nothing), its list when published, else `None`.
+    pub fn electing(&self) -> Option<std::collections::BTreeSet<String>> {
+        match self.state.as_str() {
+            MEMBERSHIP_JOINING | MEMBERSHIP_SELF_FENCED => Some(Default::default()),
+            _ if self.truncated => None,
+            _ => Some(self.live_speakers.iter().cloned().collect()),
+        }
+    }
 }
 
 /// Condition type written by speakers.
