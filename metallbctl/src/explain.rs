@@ -292,14 +292,15 @@ fn print_reported(
 /// when it publishes one it can be elected with (membership on, not past
 /// the size it lists), else the Nodes whose speaker Pod is Ready; every Node
 /// when no speaker Pod is found (another label, or none runs). A view of a
-/// speaker not Ready is stale (its process may be gone): not used.
+/// speaker not Ready is stale (its process may be gone): not used, unless no
+/// speaker Pod is found at all (then readiness is unknown, the views stand).
 fn live_speakers(
     ready: BTreeSet<String>,
     views: BTreeMap<String, config::api::v1beta1::Layer2Membership>,
 ) -> LiveSpeakers {
     let reported = views
         .into_iter()
-        .filter(|(node, _)| ready.contains(node))
+        .filter(|(node, _)| ready.is_empty() || ready.contains(node))
         .filter_map(|(node, v)| Some((node, (v.electing()?, v.state))))
         .collect();
     LiveSpeakers {
@@ -711,6 +712,16 @@ mod tests {
             "{}",
             hint(&e, first)
         );
+
+        // No speaker Pod found (other labels): the views stand.
+        let e = run(
+            &[],
+            vec![
+                (first, view(&all, true, true)),
+                (second, view(&[second, "worker-1"], true, false)),
+            ],
+        );
+        assert_eq!(answering(&e), [second], "{e:#?}");
 
         // A view too large to list: the Ready speakers stand in for it.
         let mut big = view(&all, true, false);

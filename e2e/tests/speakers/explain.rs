@@ -42,7 +42,7 @@ async fn explain(sl: &SpeakerLab, svc: &str, json: bool) -> Result<(Option<i32>,
     metallbctl_as(sl, &explain_args(sl, svc, json), &sl.lab.env.kubeconfig).await
 }
 
-fn explain_args(sl: &SpeakerLab, svc: &str, json: bool) -> Vec<String> {
+pub(crate) fn explain_args(sl: &SpeakerLab, svc: &str, json: bool) -> Vec<String> {
     let key = format!("{}/{svc}", sl.namespace());
     let mut args: Vec<String> = [
         "explain",
@@ -65,7 +65,7 @@ fn explain_args(sl: &SpeakerLab, svc: &str, json: bool) -> Vec<String> {
 
 /// metallbctl with `args` and `kubeconfig`: exit code and stdout (stderr must be
 /// empty: a refused request shows there).
-async fn metallbctl_as(
+pub(crate) async fn metallbctl_as(
     sl: &SpeakerLab,
     args: &[String],
     kubeconfig: &std::path::Path,

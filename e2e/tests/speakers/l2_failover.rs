@@ -119,6 +119,37 @@ fn one_answer(sl: &SpeakerLab, ip: &str, mac: &str) -> Result<()> {
     Ok(())
 }
 
+/// Each speaker's published membership view: node -> (state, live nodes).
+async fn membership_views(sl: &SpeakerLab) -> Result<BTreeMap<String, (String, Vec<String>)>> {
+    let states = sl
+        .list(
+            "ConfigurationState",
+            Some("metallb.io/component-type=speaker"),
+        )
+        .await?;
+    Ok(states
+        .iter()
+        .filter_map(|o| {
+            let node = o
+                .metadata
+                .labels
+                .as_ref()?
+                .get("metallb.io/node-name")?
+                .clone();
+            let m = &o.data["status"]["layer2Membership"];
+            let live = m["liveSpeakers"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|n| n.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            Some((node, (m["state"].as_str()?.to_owned(), live)))
+        })
+        .collect())
+}
+
 /// What both scenarios start from: the probe address's Service answered by its owner
 /// (MetalLB's order), whose successor watches it.
 struct Setup {
@@ -161,6 +192,17 @@ async fn setup(sl: &mut SpeakerLab) -> Result<Setup> {
         first == owner,
         "the owner is {first}, MetalLB elects {owner}"
     );
+    // Every speaker publishes its view: joined, all three live.
+    let all: Vec<String> = ["node-1", "node-2", "node-3"].map(str::to_owned).to_vec();
+    wait_until("every speaker reports all three live", WITHIN, || async {
+        let v = membership_views(sl).await.map_err(|e| format!("{e:#}"))?;
+        if v.len() == 3 && v.values().all(|(s, live)| s == "Joined" && *live == all) {
+            Ok(())
+        } else {
+            Err(format!("{v:?}"))
+        }
+    })
+    .await?;
     // The successor's fast path watches the owner (heartbeat up within about 1 s).
     wait_until("node-1 watches the owner", WITHIN, || async {
         let w = counter(sl, 1, "metallb_rs_membership_watched_owners")
@@ -373,6 +415,55 @@ async fn fence_scenario(sl: &mut SpeakerLab) -> Result<()> {
         samples.push(arp_answers(sl, &ip_s)?);
     }
     let fenced = counter(sl, OWNER, "metallb_rs_membership_fenced").await?;
+    // What the speakers publish of their views, and what explain makes of them, while
+    // the cut lasts (issue 27): the owner says it is fenced, the others hold it down.
+    let views = membership_views(sl).await?;
+    let others: BTreeMap<String, (String, Vec<String>)> = views
+        .iter()
+        .filter(|(n, _)| **n != owner)
+        .map(|(n, v)| (n.clone(), v.clone()))
+        .collect();
+    let want_others: Vec<String> = ["node-1", "node-3"].map(str::to_owned).to_vec();
+    ensure!(
+        views.get(&owner).map(|(s, _)| s.as_str()) == Some("SelfFenced")
+            && others.len() == 2
+            && others
+                .values()
+                .all(|(s, live)| s == "Joined" && *live == want_others),
+        "the speakers' membership views during the cut: {views:?}"
+    );
+    let (code, text) = crate::explain::metallbctl_as(
+        sl,
+        &crate::explain::explain_args(sl, "web", true),
+        &sl.lab.env.kubeconfig,
+    )
+    .await?;
+    ensure!(
+        code == Some(0),
+        "explain during the cut: exit {code:?}: {text}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&text).context("explain's JSON")?;
+    let l2: BTreeMap<String, (bool, String)> = v["l2"]["nodes"]
+        .as_array()
+        .context("explain has no l2 nodes")?
+        .iter()
+        .map(|n| {
+            (
+                n["node"].as_str().unwrap_or_default().to_owned(),
+                (
+                    n["announced"].as_bool().unwrap_or_default(),
+                    n["hint"].as_str().unwrap_or_default().to_owned(),
+                ),
+            )
+        })
+        .collect();
+    ensure!(
+        l2.get(NEXT).is_some_and(|(a, _)| *a)
+            && l2
+                .get(&owner)
+                .is_some_and(|(a, h)| !*a && h.contains("SelfFenced")),
+        "explain during the cut: {l2:?}"
+    );
     cut.restore()?;
     let named: Vec<Vec<&str>> = samples
         .iter()
