@@ -58,7 +58,9 @@ Issue 25's scale harness against the lab (lab/cluster up, root, the test kit's t
   --ours-bin     directory of our controller and speaker (default
                  $CARGO_TARGET_DIR/release, else <repo>/target/release)
   --metallb-bin  directory of MetalLB's (default: lab/build-metallb bindir)
-  --out FILE     also write the figures as JSON";
+  --out FILE     also write the figures as JSON
+  --speaker-arg A  one more argument for our speaker (repeatable), e.g.
+                 --speaker-arg=--service-bgp-status=summary";
 
 /// The pool of the benchmark (198.18.0.0/15 is the benchmarking prefix): 65,536 addresses.
 const POOL: &str = "198.18.0.0/16";
@@ -84,6 +86,8 @@ struct Opts {
     ours_bin: PathBuf,
     metallb_bin: PathBuf,
     out: Option<PathBuf>,
+    /// More arguments for our speaker (e.g. `--service-bgp-status=summary`).
+    speaker_args: Vec<String>,
 }
 
 fn parse_opts(repo: &Path) -> Result<Opts> {
@@ -103,6 +107,7 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
         ours_bin: PathBuf::new(),
         metallb_bin: PathBuf::new(),
         out: None,
+        speaker_args: Vec::new(),
     };
     let (mut ours_bin, mut metallb_bin) = (None, None);
     while let Some(a) = args.next() {
@@ -124,6 +129,7 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
             "--ours-bin" => ours_bin = Some(PathBuf::from(val()?)),
             "--metallb-bin" => metallb_bin = Some(PathBuf::from(val()?)),
             "--out" => o.out = Some(PathBuf::from(val()?)),
+            "--speaker-arg" => o.speaker_args.push(val()?),
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -998,6 +1004,7 @@ async fn bench_impl_in(
                 "127.0.0.1",
                 "--metrics-insecure-http",
             ]);
+            cmd.args(&opts.speaker_args);
         }
         Kind::Metallb => {
             cmd.args([
