@@ -36,6 +36,7 @@
 //!   `router2`), and the assertions at the router (paths, next hops, LOCAL_PREF,
 //!   communities, sessions) whose waits report what the router had.
 
+pub mod apiserver;
 mod audit;
 pub mod bench;
 pub mod controller;
