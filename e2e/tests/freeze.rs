@@ -592,13 +592,22 @@ async fn a_killed_api_server_withdraws_nothing_and_speakers_list_again_once_it_i
             started.elapsed()
         );
         // The speakers follow the API server again: a new Service is announced, the old
-        // one's deletion withdraws it.
-        sl.create_service(
-            sl.service("web2")
-                .endpoints(vec![EndpointSpec::ready("node-2")]),
-            &[ip2],
-        )
-        .await?;
+        // one's deletion withdraws it. (A restarted API server's cluster-IP allocator
+        // answers "range is full" until it has synced: the create is retried.)
+        let mut tries = 0;
+        while let Err(e) = sl
+            .create_service(
+                sl.service("web2")
+                    .endpoints(vec![EndpointSpec::ready("node-2")]),
+                &[ip2],
+            )
+            .await
+        {
+            tries += 1;
+            let full = format!("{e:#}").contains("range is full");
+            ensure!(full && tries < 60, "creating web2 after the restart: {e:#}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
         sl.wait_next_hops(&prefix2, &[1, 2, 3], Duration::from_secs(30))
             .await?;
         sl.delete_service("web").await?;

@@ -890,7 +890,7 @@ impl Bench<'_> {
 
     async fn create_service(&self, name: &str, node: usize) -> Result<()> {
         let slice: EndpointSlice = serde_json::from_value(json!({
-            "metadata": {"generateName": format!("{name}-"), "namespace": self.svc_ns,
+            "metadata": {"name": format!("{name}-slice"), "namespace": self.svc_ns,
                          "labels": {"kubernetes.io/service-name": name,
                                     "endpointslice.kubernetes.io/managed-by": "bench-bgp-faults.metallb-rs.io"}},
             "addressType": "IPv4",
@@ -899,10 +899,15 @@ impl Bench<'_> {
                            "nodeName": plan::node_name(node)}],
             "ports": [{"name": "tcp-80", "protocol": "TCP", "port": 8080}],
         }))?;
-        Api::<EndpointSlice>::namespaced(self.lab.client.clone(), &self.svc_ns)
+        // Named: a create retried after a failed Service create finds it there.
+        match Api::<EndpointSlice>::namespaced(self.lab.client.clone(), &self.svc_ns)
             .create(&PostParams::default(), &slice)
             .await
-            .with_context(|| format!("EndpointSlice for {name}"))?;
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e).with_context(|| format!("EndpointSlice for {name}")),
+        }
         let svc: Service = serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": self.svc_ns},
             "spec": {"type": "LoadBalancer", "selector": {"app": name},
@@ -1279,7 +1284,22 @@ impl Bench<'_> {
         // A probe Service created once the fault is undone: served again end to end.
         self.probes += 1;
         let probe = format!("probe-{:03}", self.probes);
-        self.create_service(&probe, 1 + self.probes % NODES).await?;
+        // Retried: a restarted API server's cluster-IP allocator answers "range is full"
+        // until it has synced (seconds).
+        let created = loop {
+            match self.create_service(&probe, 1 + self.probes % NODES).await {
+                Ok(()) => break Instant::now(),
+                Err(e) if end.elapsed() < Duration::from_secs(60) => {
+                    eprintln!("bench-bgp-faults: {probe}: {e:#}: again");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        extra.insert(
+            "probe_created_ms".into(),
+            json!(ms(created.duration_since(end))),
+        );
         let converged = self
             .wait_converged(self.want(opts), CONVERGE_TIMEOUT)
             .await?;
