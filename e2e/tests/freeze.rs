@@ -531,9 +531,10 @@ fn router_connections(frr: &testkit::Frr) -> Result<BTreeMap<String, (u64, u64)>
 
 /// The API server killed (SIGKILL: the speakers' connections are refused, their watches
 /// break) and started again 6 s later, while three speakers announce a Service: at the
-/// router nothing is withdrawn and no session drops, during the outage or after it; once
-/// the API server is back the speakers list and watch again: a Service created after the
-/// restart is announced from every node, and the first one's deletion withdraws it.
+/// router nothing is withdrawn during the outage and no session drops at all; once
+/// the API server is back the speakers list and watch again: the Service's address
+/// changed after the restart moves its route (the new /32 from every node, the old one
+/// withdrawn).
 /// (bench-bgp-faults runs the long version: more Services, more rounds, MetalLB beside.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_api_server_withdraws_nothing_and_speakers_list_again_once_it_is_back()
@@ -585,35 +586,34 @@ async fn a_killed_api_server_withdraws_nothing_and_speakers_list_again_once_it_i
         .await;
         // Started again whatever the samples said: the lab must outlive the test.
         api.start()?;
-        wait_api(&lab).await?;
+        let back = wait_api(&lab).await?;
         restarted?;
         eprintln!(
             "{samples} samples during the outage: 3 paths each time; API server back after {:?}",
             started.elapsed()
         );
-        // The speakers follow the API server again: a new Service is announced, the old
-        // one's deletion withdraws it. (A restarted API server's cluster-IP allocator
-        // answers "range is full" until it has synced: the create is retried.)
+        // The speakers follow the API server again: the Service's address changed (the
+        // controller's write, done here) moves its route. (Not a new Service: its
+        // EndpointSlice would wait for the lab's kube-controller-manager to re-watch.)
         let mut tries = 0;
-        while let Err(e) = sl
-            .create_service(
-                sl.service("web2")
-                    .endpoints(vec![EndpointSpec::ready("node-2")]),
-                &[ip2],
-            )
-            .await
-        {
+        while let Err(e) = sl.set_ingress("web", &[ip2]).await {
             tries += 1;
-            let full = format!("{e:#}").contains("range is full");
-            ensure!(full && tries < 60, "creating web2 after the restart: {e:#}");
+            ensure!(
+                tries < 60,
+                "changing web's address after the restart: {e:#}"
+            );
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        sl.wait_next_hops(&prefix2, &[1, 2, 3], Duration::from_secs(30))
+        // Loose: the speakers' watches come back with kube's default back-off, which an
+        // outage this long puts at up to 30 s (jittered) between attempts; see
+        // BENCHMARKS.md, "Speaker: BGP and API server faults".
+        sl.wait_next_hops(&prefix2, &[1, 2, 3], Duration::from_secs(90))
             .await?;
-        sl.delete_service("web").await?;
-        sl.wait_next_hops(&prefix, &[], Duration::from_secs(20))
-            .await?;
-        sl.wait_next_hops(&prefix2, &[1, 2, 3], Duration::from_secs(1))
+        eprintln!(
+            "web's new address announced by every node {:?} after the API server answered",
+            back.elapsed()
+        );
+        sl.wait_next_hops(&prefix, &[], Duration::from_secs(10))
             .await?;
         let after = router_connections(&sl.router)?;
         ensure!(
