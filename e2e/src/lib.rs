@@ -35,7 +35,11 @@
 //!   `router` peering with every node (optionally BFD, optionally an iBGP FRR in
 //!   `router2`), and the assertions at the router (paths, next hops, LOCAL_PREF,
 //!   communities, sessions) whose waits report what the router had.
+//! - [`apiserver::ApiServer`]: the lab's kube-apiserver killed (SIGKILL) and started
+//!   again with its own command line (the API-outage faults of `freeze` and
+//!   `bench-bgp-faults`).
 
+pub mod apiserver;
 mod audit;
 pub mod bench;
 pub mod controller;

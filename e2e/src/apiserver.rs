@@ -1,0 +1,114 @@
+//! The lab's kube-apiserver as a fault: killed (SIGKILL: its clients get connection
+//! refused, their watches break and must list again) and started again with its own
+//! command line, as `lab/cluster` started it.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, ListParams};
+use testkit::process::{Signal, kill_pid};
+
+use crate::Lab;
+
+/// The lab's kube-apiserver: its pid file and, to start it again, its command line.
+pub struct ApiServer {
+    pid_file: PathBuf,
+    log: PathBuf,
+    exe: PathBuf,
+    args: Vec<String>,
+}
+
+impl ApiServer {
+    pub fn new(lab: &Lab) -> Result<ApiServer> {
+        let pid_file = lab.env.state_dir.join("run/kube-apiserver.pid");
+        let pid = Self::read_pid(&pid_file)?;
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))?;
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .skip(1)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        ensure!(
+            args.iter().any(|a| a.starts_with("--secure-port=")),
+            "pid {pid} is not the lab's kube-apiserver"
+        );
+        Ok(ApiServer {
+            pid_file,
+            log: lab.env.state_dir.join("logs/kube-apiserver.log"),
+            exe,
+            args,
+        })
+    }
+
+    fn read_pid(f: &Path) -> Result<u32> {
+        Ok(std::fs::read_to_string(f)
+            .with_context(|| format!("reading {}", f.display()))?
+            .trim()
+            .parse()?)
+    }
+
+    pub fn pid(&self) -> Result<u32> {
+        Self::read_pid(&self.pid_file)
+    }
+
+    pub fn kill(&self) -> Result<()> {
+        let pid = self.pid()?;
+        kill_pid(pid, Signal::KILL);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Path::new(&format!("/proc/{pid}/exe")).exists() {
+            ensure!(
+                Instant::now() < deadline,
+                "kube-apiserver {pid} did not die"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// Starts it again as `lab/cluster` does (its own session, output appended to its
+    /// log, the pid file rewritten so that `lab/cluster down` stops it).
+    pub fn start(&self) -> Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        let child = std::process::Command::new(&self.exe)
+            .args(&self.args)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .context("starting kube-apiserver")?;
+        std::fs::write(&self.pid_file, format!("{}\n", child.id()))?;
+        // Reaped by init once this process exits; it outlives the benchmark.
+        std::mem::forget(child);
+        Ok(())
+    }
+}
+
+/// Waits until the API server answers a list (up to 120 s); returns when.
+pub async fn wait_api(lab: &Lab) -> Result<Instant> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let nsapi = Api::<Namespace>::all(lab.client.clone());
+    loop {
+        let r = tokio::time::timeout(
+            Duration::from_secs(2),
+            nsapi.list(&ListParams::default().limit(1)),
+        )
+        .await;
+        if matches!(r, Ok(Ok(_))) {
+            return Ok(Instant::now());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the API server did not answer within 120 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

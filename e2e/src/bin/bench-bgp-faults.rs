@@ -1,0 +1,1615 @@
+//! bench-bgp-faults: the fault suite of issue 27 item 3 for the BGP path and the API
+//! server (BENCHMARKS.md, "Speaker: BGP and API server faults"), with MetalLB's own
+//! controller and speaker (v0.15.2, native BGP) as the anchor on the same lab, routers,
+//! objects and faults.
+//!
+//! For each implementation it brings up the test kit's network (node-1..3, FRR in
+//! `router` peering with every node, hold time 9 s on both sides), the implementation's
+//! controller (client namespace) and one speaker per node namespace, all reaching the
+//! lab's API server through `testkit::apiproxy`; an IPAddressPool, a BGPPeer, a
+//! BGPAdvertisement and `--services` LoadBalancer Services (one ready endpoint each).
+//! Before each round it waits until the router's table is exactly the Services' /32s
+//! from every node. Faults (`--faults`, each `--rounds` times):
+//! - `quiet`: nothing for 10 s (the baseline of every figure);
+//! - `api-kill`: the API server SIGKILLed (clients get connection refused: watches break
+//!   and must re-list), started again after `--api-down` s with its own command line;
+//! - `api-freeze`: the API server SIGSTOPped `--freeze` s (default 60), then continued
+//!   (`--freeze-rounds` times);
+//! - `router-restart`: FRR in `router` stopped and started again (its config unchanged);
+//! - `cut`: node-1's cable cut silently (a bridge drop rule in the switch) until the
+//!   router's hold timer expires, plus 2 s, then restored;
+//! - `flap`: the router resets node-1's session (`clear bgp`) 10 times, 1 s apart;
+//! - `speaker-restart-api-down`: the API server SIGKILLed, node-1's speaker SIGKILLed
+//!   and started again at once, the API server started `--api-down-long` s later (ours
+//!   with graceful restart on the BGPPeer, the router in helper mode; MetalLB's native
+//!   mode refuses graceful restart and runs without).
+//!
+//! Per round: the router's withdrawals per node (bgpd's `debug bgp updates in` log) and
+//! session downs (`bgp log-neighbor-changes`), the router's prefix counts sampled every
+//! 100 ms (the lowest seen per node), the Services' addresses before and after (an
+//! address that changed is a moved IP), the writes of the speakers and the controller
+//! (audit log) from the fault to convergence plus 10 s, and the time from the fault's end
+//! to convergence: the router's table exactly the Services' /32s from every node, a probe
+//! Service created at the fault's end announced from every node, and every Service's
+//! ServiceBGPStatus (one per node, naming the peer) and nothing else. Invariants
+//! (violations counted): for the API faults no withdrawal and no session down at the
+//! router, no IP moved, status converged, no write storm (more speaker writes than two
+//! per Service per node); for all faults, no stale route once converged.
+//! `--sabotage` SIGKILLs node-1's speaker in the middle of each API fault, to show that
+//! the checks see a withdrawal.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail, ensure};
+use e2e::apiserver::{ApiServer, wait_api};
+use e2e::bench::Impl as Kind;
+use e2e::{Lab, NodeNetwork};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use serde_json::{Value, json};
+use testkit::apiproxy::ApiProxy;
+use testkit::netns::Netns;
+use testkit::process::{Signal, kill_pid};
+use testkit::{Frr, FrrConfig, FrrNeighbor, LabOptions, NsChild, plan};
+
+const USAGE: &str = "\
+usage: bench-bgp-faults [--impl ours|metallb|both] [--rounds R] [--freeze-rounds R]
+                        [--faults LIST] [--services N] [--api-down SECS] [--freeze SECS]
+                        [--api-down-long SECS] [--sabotage] [--ours-bin DIR]
+                        [--metallb-bin DIR] [--out FILE]
+
+The BGP and API-server fault suite against the lab (lab/cluster up, root, the test kit's
+tools), MetalLB's controller and speaker (native BGP) as the anchor in the same run:
+  --impl            which to run (default both: ours, then MetalLB)
+  --rounds R        rounds of each fault (default 3)
+  --freeze-rounds R rounds of api-freeze (default 1)
+  --faults LIST     default quiet,api-kill,api-freeze,router-restart,cut,flap,
+                    speaker-restart-api-down
+  --services N      LoadBalancer Services (default 20, at most 100)
+  --api-down SECS   how long api-kill keeps the API server down (default 10)
+  --freeze SECS     how long api-freeze stops it (default 60)
+  --api-down-long SECS  speaker-restart-api-down's outage (default 20)
+  --sabotage        SIGKILL node-1's speaker during each API fault (the checks must
+                    then report withdrawals)
+  --ours-bin        directory of our controller and speaker (default
+                    $CARGO_TARGET_DIR/release, else <repo>/target/release)
+  --metallb-bin     directory of MetalLB's (default: lab/build-metallb bindir)
+  --out FILE        also write the figures as JSON";
+
+const POOL: &str = "198.51.100.0/24";
+const NODES: usize = 3;
+const SERVICE_CIDR: &str = "bench-bgp-faults";
+const SERVICE_CIDR_RANGE: &str = "198.18.192.0/20";
+/// The BGPPeer's and the router's hold time and keepalive.
+const HOLD_S: u32 = 9;
+const KEEPALIVE_S: u32 = 3;
+/// Longest wait for convergence after a fault.
+const CONVERGE_TIMEOUT: Duration = Duration::from_secs(180);
+/// Audit writes are counted until convergence plus this.
+const WRITES_AFTER: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    Quiet,
+    ApiKill,
+    ApiFreeze,
+    RouterRestart,
+    Cut,
+    Flap,
+    SpeakerRestartApiDown,
+}
+
+const ALL_FAULTS: [Fault; 7] = [
+    Fault::Quiet,
+    Fault::ApiKill,
+    Fault::ApiFreeze,
+    Fault::RouterRestart,
+    Fault::Cut,
+    Fault::Flap,
+    Fault::SpeakerRestartApiDown,
+];
+
+impl Fault {
+    fn name(self) -> &'static str {
+        match self {
+            Fault::Quiet => "quiet",
+            Fault::ApiKill => "api-kill",
+            Fault::ApiFreeze => "api-freeze",
+            Fault::RouterRestart => "router-restart",
+            Fault::Cut => "cut",
+            Fault::Flap => "flap",
+            Fault::SpeakerRestartApiDown => "speaker-restart-api-down",
+        }
+    }
+
+    fn parse(s: &str) -> Result<Fault> {
+        ALL_FAULTS
+            .into_iter()
+            .find(|f| f.name() == s)
+            .with_context(|| format!("unknown fault {s}"))
+    }
+
+    /// Only the API server is away: nothing may be withdrawn.
+    fn api_only(self) -> bool {
+        matches!(self, Fault::Quiet | Fault::ApiKill | Fault::ApiFreeze)
+    }
+}
+
+struct Opts {
+    kinds: Vec<Kind>,
+    rounds: usize,
+    freeze_rounds: usize,
+    faults: Vec<Fault>,
+    services: usize,
+    api_down: Duration,
+    freeze: Duration,
+    api_down_long: Duration,
+    sabotage: bool,
+    ours_bin: PathBuf,
+    metallb_bin: PathBuf,
+    out: Option<PathBuf>,
+}
+
+fn parse_opts(repo: &Path) -> Result<Opts> {
+    let mut args = std::env::args().skip(1);
+    let mut o = Opts {
+        kinds: vec![Kind::Ours, Kind::Metallb],
+        rounds: 3,
+        freeze_rounds: 1,
+        faults: ALL_FAULTS.to_vec(),
+        services: 20,
+        api_down: Duration::from_secs(10),
+        freeze: Duration::from_secs(60),
+        api_down_long: Duration::from_secs(20),
+        sabotage: false,
+        ours_bin: PathBuf::new(),
+        metallb_bin: PathBuf::new(),
+        out: None,
+    };
+    let (mut ours_bin, mut metallb_bin) = (None, None);
+    while let Some(a) = args.next() {
+        let mut val = || args.next().with_context(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--impl" => o.kinds = Kind::parse_list(&val()?, false)?,
+            "--rounds" => o.rounds = val()?.parse()?,
+            "--freeze-rounds" => o.freeze_rounds = val()?.parse()?,
+            "--faults" => o.faults = val()?.split(',').map(Fault::parse).collect::<Result<_>>()?,
+            "--services" => o.services = val()?.parse()?,
+            "--api-down" => o.api_down = Duration::from_secs(val()?.parse()?),
+            "--freeze" => o.freeze = Duration::from_secs(val()?.parse()?),
+            "--api-down-long" => o.api_down_long = Duration::from_secs(val()?.parse()?),
+            "--sabotage" => o.sabotage = true,
+            "--ours-bin" => ours_bin = Some(PathBuf::from(val()?)),
+            "--metallb-bin" => metallb_bin = Some(PathBuf::from(val()?)),
+            "--out" => o.out = Some(PathBuf::from(val()?)),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            _ => bail!("unknown argument {a}\n{USAGE}"),
+        }
+    }
+    ensure!(
+        (1..=100).contains(&o.services),
+        "--services 1 to 100 (the pool is a /24 and each round adds a probe Service)"
+    );
+    ensure!(o.rounds >= 1 && o.rounds <= 30, "--rounds 1 to 30");
+    ensure!(o.freeze <= Duration::from_secs(300), "--freeze at most 300");
+    o.ours_bin = e2e::bench::ours_bin_dir(repo, ours_bin);
+    o.metallb_bin = e2e::bench::metallb_bin_dir(repo, metallb_bin)?;
+    Ok(o)
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    if let Err(e) = rt.block_on(run()) {
+        eprintln!("bench-bgp-faults: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run() -> Result<()> {
+    let lab = Lab::connect().await?;
+    let opts = parse_opts(lab.repo())?;
+    // The lab's cluster IPs (203.0.113.128/25) hold 126 Services: an extra ServiceCIDR
+    // from the benchmark range (API objects only). Removed at the end.
+    let cidrs = Api::<ServiceCIDR>::all(lab.client.clone());
+    if cidrs.get_opt(SERVICE_CIDR).await?.is_none() {
+        cidrs
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": SERVICE_CIDR},
+                    "spec": {"cidrs": [SERVICE_CIDR_RANGE]},
+                }))?,
+            )
+            .await?;
+    }
+    let result = run_all(&lab, &opts).await;
+    let _ = cidrs.delete(SERVICE_CIDR, &DeleteParams::default()).await;
+    result
+}
+
+async fn run_all(lab: &Lab, opts: &Opts) -> Result<()> {
+    let mut all = serde_json::Map::new();
+    let mut rows = Vec::new();
+    for &kind in &opts.kinds {
+        let dir = match kind {
+            Kind::Ours => &opts.ours_bin,
+            Kind::Metallb => &opts.metallb_bin,
+        };
+        let (controller, speaker) = (dir.join("controller"), dir.join("speaker"));
+        for b in [&controller, &speaker] {
+            ensure!(b.is_file(), "{} is missing", b.display());
+        }
+        eprintln!("bench-bgp-faults: === {} ===", kind.name());
+        let figures = bench(lab, kind, &controller, &speaker, opts).await?;
+        for (fault, v) in figures.as_object().into_iter().flatten() {
+            rows.push((kind.name(), fault.clone(), v["summary"].clone()));
+        }
+        all.insert(kind.name().into(), figures);
+        if let Some(out) = &opts.out {
+            std::fs::write(out, serde_json::to_vec_pretty(&Value::Object(all.clone()))?)?;
+        }
+    }
+    println!("{}", table(&rows));
+    Ok(())
+}
+
+// --- time and logs ----------------------------------------------------------------------
+
+/// Microseconds since the epoch.
+fn now_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+/// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146097 + doe - 719468
+}
+
+/// `2026-11-26T20:40:01.123456Z` or `2026/11/26` + `20:40:01.123456` (UTC) to
+/// microseconds since the epoch.
+fn parse_ts(date: &str, time: &str) -> Option<i64> {
+    let mut d = date.split(['-', '/']).map(|p| p.parse::<i64>().ok());
+    let (y, mo, da) = (d.next()??, d.next()??, d.next()??);
+    let time = time.trim_end_matches('Z');
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut t = hms.split(':').map(|p| p.parse::<i64>().ok());
+    let (h, mi, s) = (t.next()??, t.next()??, t.next()??);
+    let mut us_s: String = frac.chars().take(6).collect();
+    while us_s.len() < 6 {
+        us_s.push('0');
+    }
+    let us: i64 = us_s.parse().ok()?;
+    Some(((days_from_civil(y, mo, da) * 86400 + h * 3600 + mi * 60 + s) * 1_000_000) + us)
+}
+
+/// What bgpd logged about a neighbor (`debug bgp updates in`, `bgp log-neighbor-changes`,
+/// `log timestamp precision 6`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Event {
+    /// `... 192.0.2.11(node-1) rcvd 198.51.100.7/32 IPv4 unicast`
+    Rcvd(String),
+    /// `... 192.0.2.11(node-1) rcvd UPDATE about 198.51.100.7/32 IPv4 unicast -- withdrawn`
+    Withdrawn(String),
+    /// `%ADJCHANGE: neighbor 192.0.2.11(node-1) in vrf default Up`
+    Up,
+    /// `%ADJCHANGE: neighbor 192.0.2.11(node-1) in vrf default Down ...`
+    Down,
+}
+
+#[derive(Clone, Debug)]
+struct Logged {
+    at_us: i64,
+    peer: String,
+    event: Event,
+}
+
+fn strip_peer(w: &str) -> String {
+    w.split('(').next().unwrap_or(w).to_owned()
+}
+
+fn parse_event(line: &str) -> Option<Logged> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at_us = parse_ts(words.first()?, words.get(1)?)?;
+    if let Some(i) = words.iter().position(|w| w.ends_with("ADJCHANGE:")) {
+        let peer = strip_peer(words.get(i + 2)?);
+        let event = if words.contains(&"Up") {
+            Event::Up
+        } else if words.contains(&"Down") {
+            Event::Down
+        } else {
+            return None;
+        };
+        return Some(Logged { at_us, peer, event });
+    }
+    let i = words.iter().position(|w| *w == "rcvd")?;
+    let peer = strip_peer(words.get(i.checked_sub(1)?)?);
+    if line.contains("withdrawn") {
+        let j = words.iter().position(|w| *w == "about")?;
+        let prefix = words.get(j + 1)?.trim_end_matches(',').to_owned();
+        return Some(Logged {
+            at_us,
+            peer,
+            event: Event::Withdrawn(prefix),
+        });
+    }
+    let prefix = words.get(i + 1)?;
+    if !prefix.starts_with(|c: char| c.is_ascii_digit()) || !prefix.contains('/') {
+        return None;
+    }
+    if line.contains("DENIED") {
+        return None;
+    }
+    Some(Logged {
+        at_us,
+        peer,
+        event: Event::Rcvd(prefix.trim_end_matches(',').to_owned()),
+    })
+}
+
+/// Reads a growing text file from an offset.
+struct Tail {
+    path: PathBuf,
+    offset: u64,
+    partial: String,
+}
+
+impl Tail {
+    fn from_end(path: &Path) -> Tail {
+        let offset = std::fs::metadata(path).map_or(0, |m| m.len());
+        Tail {
+            path: path.to_path_buf(),
+            offset,
+            partial: String::new(),
+        }
+    }
+
+    fn lines(&mut self) -> Vec<String> {
+        let Ok(mut f) = std::fs::File::open(&self.path) else {
+            return Vec::new();
+        };
+        if f.seek(SeekFrom::Start(self.offset)).is_err() {
+            return Vec::new();
+        }
+        let mut buf = Vec::new();
+        if f.read_to_end(&mut buf).is_err() {
+            return Vec::new();
+        }
+        self.offset += buf.len() as u64;
+        self.partial.push_str(&String::from_utf8_lossy(&buf));
+        let mut out = Vec::new();
+        while let Some(i) = self.partial.find('\n') {
+            let line: String = self.partial.drain(..=i).collect();
+            out.push(line.trim_end().to_owned());
+        }
+        out
+    }
+
+    fn events(&mut self) -> Vec<Logged> {
+        self.lines().iter().filter_map(|l| parse_event(l)).collect()
+    }
+}
+
+/// Writes of `user` in the audit log from byte `from`, between two instants (µs).
+fn audit_writes(
+    path: &Path,
+    from: u64,
+    user: &str,
+    from_us: i64,
+    to_us: i64,
+) -> Result<(usize, BTreeMap<String, usize>)> {
+    let mut f = std::fs::File::open(path)?;
+    f.seek(SeekFrom::Start(from))?;
+    let mut text = String::new();
+    f.read_to_string(&mut text)?;
+    let mut n = 0;
+    let mut per: BTreeMap<String, usize> = BTreeMap::new();
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if v["stage"] != "ResponseComplete" || v["user"]["username"] != user {
+            continue;
+        }
+        let at = v["requestReceivedTimestamp"]
+            .as_str()
+            .and_then(|t| t.split_once('T'))
+            .and_then(|(d, t)| parse_ts(d, t))
+            .unwrap_or(0);
+        if at >= from_us && at < to_us {
+            n += 1;
+            let o = &v["objectRef"];
+            let mut what = format!(
+                "{} {}",
+                v["verb"].as_str().unwrap_or_default(),
+                o["resource"].as_str().unwrap_or_default()
+            );
+            if let Some(sub) = o["subresource"].as_str() {
+                what = format!("{what}/{sub}");
+            }
+            *per.entry(what).or_default() += 1;
+        }
+    }
+    Ok((n, per))
+}
+
+fn file_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
+
+// --- the router ---------------------------------------------------------------------------
+
+fn router_config(log: &Path, graceful: bool) -> FrrConfig {
+    let mut c = FrrConfig::new("router", plan::ROUTER_AS, plan::ROUTER_V4)
+        .extra(&format!("log file {} debugging", log.display()))
+        .extra("log timestamp precision 6")
+        .extra("debug bgp updates in");
+    for n in 1..=NODES {
+        let mut nb =
+            FrrNeighbor::new(plan::node_v4(n).into(), plan::NODE_AS).timers(KEEPALIVE_S, HOLD_S);
+        nb.connect_retry = Some(1);
+        if graceful {
+            nb = nb.extra("graceful-restart");
+        }
+        c = c.neighbor(nb);
+    }
+    c
+}
+
+/// The router's view, read with vtysh from any thread.
+#[derive(Clone)]
+struct RouterView {
+    ns: Netns,
+    dir: PathBuf,
+}
+
+impl RouterView {
+    fn show(&self, command: &str) -> Result<Value> {
+        let mut c = self.ns.command("vtysh");
+        c.arg("--vty_socket").arg(&self.dir).arg("-c").arg(command);
+        let out = c.output()?;
+        ensure!(out.status.success(), "vtysh {command}: {}", out.status);
+        Ok(serde_json::from_slice(&out.stdout)?)
+    }
+
+    /// (state, prefixes received) per neighbor address.
+    fn summary(&self) -> Result<BTreeMap<String, (String, u64)>> {
+        let v = self.show("show bgp ipv4 unicast summary json")?;
+        let mut out = BTreeMap::new();
+        for (addr, p) in v["peers"].as_object().into_iter().flatten() {
+            out.insert(
+                addr.clone(),
+                (
+                    p["state"].as_str().unwrap_or_default().to_owned(),
+                    p["pfxRcd"].as_u64().unwrap_or(0),
+                ),
+            );
+        }
+        Ok(out)
+    }
+
+    /// Prefixes per neighbor address (every path, valid or stale).
+    fn table(&self) -> Result<BTreeMap<String, BTreeSet<String>>> {
+        let v = self.show("show bgp ipv4 unicast json")?;
+        let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (prefix, paths) in v["routes"].as_object().into_iter().flatten() {
+            for p in paths.as_array().into_iter().flatten() {
+                let peer = p["peerId"].as_str().unwrap_or_default().to_owned();
+                out.entry(peer).or_default().insert(prefix.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Stale paths (graceful restart) per neighbor address.
+    fn stale(&self) -> Result<BTreeMap<String, usize>> {
+        let v = self.show("show bgp ipv4 unicast json")?;
+        let mut out: BTreeMap<String, usize> = BTreeMap::new();
+        for (_, paths) in v["routes"].as_object().into_iter().flatten() {
+            for p in paths.as_array().into_iter().flatten() {
+                if p["stale"].as_bool() == Some(true) {
+                    *out.entry(p["peerId"].as_str().unwrap_or_default().to_owned())
+                        .or_default() += 1;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Samples the router every 100 ms from a thread: the lowest prefix count and the states
+/// seen per neighbor, and the most stale paths.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<SamplerSeen>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Default, Clone, Debug)]
+struct SamplerSeen {
+    samples: u64,
+    errors: u64,
+    min_pfx: BTreeMap<String, u64>,
+    not_established: BTreeMap<String, u64>,
+    max_stale: BTreeMap<String, usize>,
+}
+
+impl Sampler {
+    fn start(view: RouterView, with_stale: bool) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(SamplerSeen::default()));
+        let thread = std::thread::spawn({
+            let (stop, seen) = (stop.clone(), seen.clone());
+            move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    let r = view.summary();
+                    let st = if with_stale { view.stale().ok() } else { None };
+                    {
+                        let mut s = seen.lock().unwrap();
+                        s.samples += 1;
+                        match r {
+                            Ok(m) => {
+                                for (peer, (state, pfx)) in m {
+                                    let e = s.min_pfx.entry(peer.clone()).or_insert(pfx);
+                                    *e = (*e).min(pfx);
+                                    if state != "Established" {
+                                        *s.not_established.entry(peer).or_default() += 1;
+                                    }
+                                }
+                            }
+                            Err(_) => s.errors += 1,
+                        }
+                        for (peer, n) in st.into_iter().flatten() {
+                            let e = s.max_stale.entry(peer).or_default();
+                            *e = (*e).max(n);
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(100).saturating_sub(t.elapsed()));
+                }
+            }
+        });
+        Sampler {
+            stop,
+            seen,
+            thread: Some(thread),
+        }
+    }
+
+    fn finish(mut self) -> SamplerSeen {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+// --- the API server -------------------------------------------------------------------------
+
+/// Continues a stopped process when dropped (also when a round fails mid-freeze).
+struct Stopped(u32);
+
+impl Stopped {
+    fn stop(pid: u32) -> Stopped {
+        kill_pid(pid, Signal::STOP);
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        kill_pid(self.0, Signal::CONT);
+    }
+}
+
+// --- the bench ------------------------------------------------------------------------------
+
+struct Bench<'a> {
+    lab: &'a Lab,
+    kind: Kind,
+    speaker_bin: PathBuf,
+    net: NodeNetwork,
+    frr: Option<Frr>,
+    router_restarts: usize,
+    graceful: bool,
+    cfg_ns: String,
+    svc_ns: String,
+    dir: PathBuf,
+    speaker_kubeconfig: PathBuf,
+    speaker_user: String,
+    controller_user: String,
+    speakers: Vec<Option<NsChild>>,
+    audit: PathBuf,
+    api: ApiServer,
+    probes: usize,
+    speaker_exits: usize,
+}
+
+async fn bench(
+    lab: &Lab,
+    kind: Kind,
+    controller_bin: &Path,
+    speaker_bin: &Path,
+    opts: &Opts,
+) -> Result<Value> {
+    let port = lab.api_port()?;
+    let waiting = Instant::now();
+    let net = loop {
+        match tokio::task::block_in_place(|| lab.node_network(&LabOptions::default())) {
+            Ok(n) => break n,
+            Err(e)
+                if format!("{e:#}").contains("is still held")
+                    && waiting.elapsed() < Duration::from_secs(1800) =>
+            {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    eprintln!(
+        "bench-bgp-faults: network up after {:.1} s waiting for the test kit's lock",
+        waiting.elapsed().as_secs_f64()
+    );
+    e2e::speakers::ensure_nodes(lab, NODES).await?;
+    let client_proxy = ApiProxy::start(net.net.client(), port, port)?;
+    let suffix = e2e::unique_suffix();
+    let cfg_ns = format!("bgpf-{}-cfg-{suffix}", kind.name());
+    let svc_ns = format!("bgpf-{}-svc-{suffix}", kind.name());
+    let dir = std::env::temp_dir().join(format!("bench-bgp-faults-{}-{suffix}", kind.name()));
+    std::fs::create_dir_all(&dir)?;
+    eprintln!("bench-bgp-faults: logs in {}", dir.display());
+    let nsapi = Api::<Namespace>::all(lab.client.clone());
+    for ns in [&cfg_ns, &svc_ns] {
+        nsapi
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+            )
+            .await?;
+    }
+    // Graceful restart: ours only (MetalLB's native mode refuses it).
+    let graceful = kind == Kind::Ours;
+    let log = net.net.ns("router").state_dir().join("frr/bench.log");
+    let frr = Frr::start(net.net.ns("router"), &router_config(&log, graceful))
+        .context("FRR in router")?;
+    let mut bench = Bench {
+        lab,
+        kind,
+        speaker_bin: speaker_bin.to_path_buf(),
+        net,
+        frr: Some(frr),
+        router_restarts: 0,
+        graceful,
+        cfg_ns: cfg_ns.clone(),
+        svc_ns: svc_ns.clone(),
+        dir,
+        speaker_kubeconfig: PathBuf::new(),
+        speaker_user: String::new(),
+        controller_user: String::new(),
+        speakers: (0..NODES).map(|_| None).collect(),
+        audit: lab.env.state_dir.join("audit/audit.log"),
+        api: ApiServer::new(lab)?,
+        probes: 0,
+        speaker_exits: 0,
+    };
+    let result = bench.run(controller_bin, opts).await;
+    // Teardown, whatever happened (the API server is up again: every fault restores it).
+    let _ = wait_api(lab).await;
+    for s in bench.speakers.iter_mut().flatten() {
+        let _ = s.stop_with(Signal::TERM, Duration::from_secs(10));
+    }
+    drop(client_proxy);
+    let crbs = Api::<ClusterRoleBinding>::all(lab.client.clone());
+    for sa in ["controller", "speaker"] {
+        let _ = crbs
+            .delete(&format!("bench:{cfg_ns}:{sa}"), &DeleteParams::default())
+            .await;
+    }
+    let pods = Api::<Pod>::namespaced(lab.client.clone(), &cfg_ns);
+    for n in 1..=NODES {
+        let _ = pods
+            .delete(
+                &format!("speaker-{}", plan::node_name(n)),
+                &DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..Default::default()
+                },
+            )
+            .await;
+    }
+    for ns in [&svc_ns, &cfg_ns] {
+        let _ = nsapi.delete(ns, &DeleteParams::default()).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while Instant::now() < deadline {
+        let left = matches!(nsapi.get_opt(&svc_ns).await, Ok(Some(_)))
+            || matches!(nsapi.get_opt(&cfg_ns).await, Ok(Some(_)));
+        if !left {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let Bench { net, frr, .. } = bench;
+    tokio::task::block_in_place(move || {
+        if let Some(f) = frr {
+            let _ = f.stop();
+        }
+        drop(net);
+    });
+    result
+}
+
+/// What a round saw before its fault.
+struct Before {
+    ips: BTreeMap<String, String>,
+}
+
+impl Bench<'_> {
+    fn view(&self) -> RouterView {
+        RouterView {
+            ns: self.net.net.ns("router").clone(),
+            dir: self.net.net.ns("router").state_dir().join("frr"),
+        }
+    }
+
+    fn router_log(&self) -> PathBuf {
+        self.net.net.ns("router").state_dir().join("frr/bench.log")
+    }
+
+    fn metallb(&self, kind: &str) -> Api<DynamicObject> {
+        self.lab.metallb(&self.lab.client, &self.cfg_ns, kind)
+    }
+
+    async fn create_metallb(&self, kind: &str, name: &str, spec: Value) -> Result<()> {
+        let version = if kind == "BGPPeer" {
+            "v1beta2"
+        } else {
+            "v1beta1"
+        };
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": format!("metallb.io/{version}"),
+            "kind": kind,
+            "metadata": {"name": name, "namespace": self.cfg_ns},
+            "spec": spec,
+        }))?;
+        self.metallb(kind)
+            .create(&PostParams::default(), &obj)
+            .await
+            .with_context(|| format!("creating {kind} {name}"))?;
+        Ok(())
+    }
+
+    /// A ServiceAccount bound to cluster-admin (the same rights for both implementations)
+    /// and a kubeconfig with its token; returns (kubeconfig, audit user).
+    async fn account(&self, name: &str) -> Result<(PathBuf, String)> {
+        Api::<ServiceAccount>::namespaced(self.lab.client.clone(), &self.cfg_ns)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": name}}))?,
+            )
+            .await?;
+        Api::<ClusterRoleBinding>::all(self.lab.client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": format!("bench:{}:{name}", self.cfg_ns)},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                    "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": self.cfg_ns}],
+                }))?,
+            )
+            .await?;
+        let user = format!("system:serviceaccount:{}:{name}", self.cfg_ns);
+        self.lab
+            .wait_allowed(&user, "patch", "services/status", None)
+            .await?;
+        let kc = self
+            .lab
+            .service_account_kubeconfig(&self.dir, &self.cfg_ns, name)
+            .await?;
+        Ok((kc, user))
+    }
+
+    fn start_speaker(&mut self, n: usize) -> Result<()> {
+        let node = plan::node_name(n);
+        let pod = format!("speaker-{node}");
+        let kc = self.speaker_kubeconfig.to_str().context("path")?.to_owned();
+        let ns = self.net.net.node(n);
+        let mut cmd = ns.command(&self.speaker_bin);
+        match self.kind {
+            Kind::Ours => {
+                cmd.args([
+                    "--log-format",
+                    "text",
+                    "--node-name",
+                    &node,
+                    "--health-probe-port",
+                    "7473",
+                    "--port",
+                    "7472",
+                    "--metrics-bind-address",
+                    "127.0.0.1",
+                    "--metrics-insecure-http",
+                ]);
+            }
+            Kind::Metallb => {
+                cmd.args([
+                    "--node-name",
+                    &node,
+                    "--pod-name",
+                    &pod,
+                    "--namespace",
+                    &self.cfg_ns,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    "7472",
+                ]);
+                cmd.env("METALLB_BGP_TYPE", "native");
+            }
+        }
+        cmd.env("KUBECONFIG", kc)
+            .env("METALLB_NAMESPACE", &self.cfg_ns)
+            .env("METALLB_POD_NAME", &pod)
+            .env("METALLB_NODE_NAME", &node);
+        let log = self.dir.join(format!("speaker-{node}.log"));
+        let child =
+            NsChild::spawn_logged(cmd, &log).with_context(|| format!("speaker in {node}"))?;
+        self.speakers[n - 1] = Some(child);
+        Ok(())
+    }
+
+    fn kill_speaker(&mut self, n: usize) -> Result<()> {
+        if let Some(mut s) = self.speakers[n - 1].take() {
+            s.stop_with(Signal::KILL, Duration::from_secs(5))?;
+        }
+        Ok(())
+    }
+
+    async fn create_service(&self, name: &str, node: usize) -> Result<()> {
+        let slice: EndpointSlice = serde_json::from_value(json!({
+            "metadata": {"name": format!("{name}-slice"), "namespace": self.svc_ns,
+                         "labels": {"kubernetes.io/service-name": name,
+                                    "endpointslice.kubernetes.io/managed-by": "bench-bgp-faults.metallb-rs.io"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [plan::node_v4(node).to_string()],
+                           "conditions": {"ready": true, "serving": true, "terminating": false},
+                           "nodeName": plan::node_name(node)}],
+            "ports": [{"name": "tcp-80", "protocol": "TCP", "port": 8080}],
+        }))?;
+        // Named: a create retried after a failed Service create finds it there.
+        match Api::<EndpointSlice>::namespaced(self.lab.client.clone(), &self.svc_ns)
+            .create(&PostParams::default(), &slice)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e).with_context(|| format!("EndpointSlice for {name}")),
+        }
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": self.svc_ns},
+            "spec": {"type": "LoadBalancer", "selector": {"app": name},
+                     "ports": [{"name": "tcp-80", "protocol": "TCP", "port": 80, "targetPort": 8080}]},
+        }))?;
+        Api::<Service>::namespaced(self.lab.client.clone(), &self.svc_ns)
+            .create(&PostParams::default(), &svc)
+            .await
+            .with_context(|| format!("Service {name}"))?;
+        Ok(())
+    }
+
+    /// Service name -> its first ingress address (Services without one left out).
+    async fn ips(&self) -> Result<BTreeMap<String, String>> {
+        let list = Api::<Service>::namespaced(self.lab.client.clone(), &self.svc_ns)
+            .list(&ListParams::default())
+            .await?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|s| {
+                let ip = s.status?.load_balancer?.ingress?.into_iter().next()?.ip?;
+                Some((s.metadata.name?, ip))
+            })
+            .collect())
+    }
+
+    /// Whether the state is converged: every Service (`want` of them) has an address,
+    /// the router has exactly their /32s from every node over Established sessions, and
+    /// every Service has one ServiceBGPStatus per node naming a peer, and there are no
+    /// others. `Err` says what is missing.
+    async fn converged(&self, want: usize) -> Result<std::result::Result<(), String>> {
+        let ips = self.ips().await?;
+        if ips.len() != want {
+            return Ok(Err(format!(
+                "{} of {want} Services have an address",
+                ips.len()
+            )));
+        }
+        let expected: BTreeSet<String> = ips.values().map(|ip| format!("{ip}/32")).collect();
+        let view = self.view();
+        let (summary, table) =
+            tokio::task::block_in_place(|| anyhow::Ok((view.summary()?, view.table()?)))?;
+        for n in 1..=NODES {
+            let a = plan::node_v4(n).to_string();
+            let state = summary.get(&a).map(|s| s.0.as_str()).unwrap_or("absent");
+            if state != "Established" {
+                return Ok(Err(format!("router<-{a} {state}")));
+            }
+            let got = table.get(&a).cloned().unwrap_or_default();
+            if got != expected {
+                let missing = expected.difference(&got).count();
+                let stale: Vec<&String> = got.difference(&expected).collect();
+                return Ok(Err(format!(
+                    "router<-{a}: {missing} missing, stale {stale:?}"
+                )));
+            }
+        }
+        if table
+            .keys()
+            .any(|peer| !(1..=NODES).any(|n| plan::node_v4(n).to_string() == *peer))
+        {
+            return Ok(Err(format!("paths from unknown peers: {:?}", table.keys())));
+        }
+        let statuses = self
+            .metallb("ServiceBGPStatus")
+            .list(&ListParams::default())
+            .await?;
+        let mut got: BTreeMap<(String, String), usize> = BTreeMap::new();
+        let mut bad = 0;
+        for s in &statuses.items {
+            let st = &s.data["status"];
+            let peers = st["peers"].as_array().map_or(0, |p| p.len());
+            if peers == 0 || st["serviceNamespace"] != self.svc_ns.as_str() {
+                bad += 1;
+            }
+            *got.entry((
+                st["serviceName"].as_str().unwrap_or_default().to_owned(),
+                st["node"].as_str().unwrap_or_default().to_owned(),
+            ))
+            .or_default() += 1;
+        }
+        let mut want_status = BTreeMap::new();
+        for svc in ips.keys() {
+            for n in 1..=NODES {
+                want_status.insert((svc.clone(), plan::node_name(n)), 1usize);
+            }
+        }
+        if got != want_status || bad > 0 {
+            return Ok(Err(format!(
+                "ServiceBGPStatus: {} objects ({bad} without peers), {} wanted",
+                statuses.items.len(),
+                want_status.len()
+            )));
+        }
+        Ok(Ok(()))
+    }
+
+    /// Starts again every speaker that exited, as the kubelet would (at once here: the
+    /// kubelet's back-off would add 10 s and more); counted in `speaker_exits`.
+    fn supervise(&mut self) -> Result<()> {
+        for n in 1..=NODES {
+            let exited = match self.speakers[n - 1].as_mut() {
+                Some(c) => !c.is_running(),
+                None => false,
+            };
+            if exited {
+                eprintln!(
+                    "bench-bgp-faults: {}'s speaker exited: started again",
+                    plan::node_name(n)
+                );
+                self.speaker_exits += 1;
+                self.start_speaker(n)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sleeps `d`, supervising the speakers.
+    async fn sleep_supervised(&mut self, d: Duration) -> Result<()> {
+        let until = Instant::now() + d;
+        while Instant::now() < until {
+            self.supervise()?;
+            tokio::time::sleep(Duration::from_millis(200).min(until - Instant::now())).await;
+        }
+        Ok(())
+    }
+
+    /// Waits for [`Bench::converged`] (supervising the speakers); returns when.
+    async fn wait_converged(&mut self, want: usize, timeout: Duration) -> Result<Instant> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.supervise()?;
+            match self.converged(want).await {
+                Ok(Ok(())) => return Ok(Instant::now()),
+                Ok(Err(why)) if Instant::now() > deadline => {
+                    bail!("not converged after {timeout:?}: {why}")
+                }
+                Err(e) if Instant::now() > deadline => {
+                    bail!("not converged after {timeout:?}: {e:#}")
+                }
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    fn want(&self, opts: &Opts) -> usize {
+        opts.services + self.probes
+    }
+
+    async fn run(&mut self, controller_bin: &Path, opts: &Opts) -> Result<Value> {
+        let (ckc, cuser) = self.account("controller").await?;
+        let (skc, suser) = self.account("speaker").await?;
+        self.speaker_kubeconfig = skc;
+        self.speaker_user = suser;
+        self.controller_user = cuser;
+        for n in 1..=NODES {
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": format!("speaker-{}", plan::node_name(n)), "namespace": self.cfg_ns,
+                             "labels": {"app": "metallb", "component": "speaker"}},
+                "spec": {"nodeName": plan::node_name(n), "hostNetwork": true,
+                         "terminationGracePeriodSeconds": 0,
+                         "serviceAccountName": "speaker", "automountServiceAccountToken": false,
+                         "containers": [{"name": "speaker", "image": "bench.invalid/speaker"}]},
+            }))?;
+            Api::<Pod>::namespaced(self.lab.client.clone(), &self.cfg_ns)
+                .create(&PostParams::default(), &pod)
+                .await?;
+        }
+        self.create_metallb("IPAddressPool", "pool", json!({"addresses": [POOL]}))
+            .await?;
+        let mut peer = json!({
+            "myASN": plan::NODE_AS, "peerASN": plan::ROUTER_AS,
+            "peerAddress": plan::ROUTER_V4.to_string(),
+            // No keepaliveTime: MetalLB's native mode refuses it (hold / 3 on both).
+            "holdTime": format!("{HOLD_S}s"),
+        });
+        if self.graceful {
+            peer["enableGracefulRestart"] = json!(true);
+        }
+        self.create_metallb("BGPPeer", "router", peer).await?;
+        self.create_metallb("BGPAdvertisement", "all", json!({}))
+            .await?;
+        for i in 0..opts.services {
+            self.create_service(&format!("svc-{i:03}"), 1 + i % NODES)
+                .await?;
+        }
+
+        let ckc_s = ckc.to_str().context("path")?.to_owned();
+        let mut cmd = self.net.net.client().command(controller_bin);
+        match self.kind {
+            Kind::Ours => {
+                cmd.args([
+                    "--log-format",
+                    "text",
+                    "--health-probe-port",
+                    "7473",
+                    "--health-probe-bind-address",
+                    "127.0.0.1",
+                    "--port",
+                    "0",
+                ]);
+            }
+            Kind::Metallb => {
+                cmd.args([
+                    "--namespace",
+                    &self.cfg_ns,
+                    "--webhook-mode",
+                    "disabled",
+                    "--disable-cert-rotation",
+                    "--port",
+                    "7472",
+                ]);
+            }
+        }
+        cmd.env("KUBECONFIG", &ckc_s)
+            .env("METALLB_NAMESPACE", &self.cfg_ns)
+            .env("METALLB_POD_NAME", "controller");
+        let mut controller = NsChild::spawn_logged(cmd, &self.dir.join("controller.log"))?;
+        for n in 1..=NODES {
+            self.start_speaker(n)?;
+        }
+        let t = Instant::now();
+        self.wait_converged(self.want(opts), Duration::from_secs(120))
+            .await
+            .context("initial convergence")?;
+        eprintln!(
+            "bench-bgp-faults: {} Services at the router from {NODES} nodes after {:.1} s",
+            opts.services,
+            t.elapsed().as_secs_f64()
+        );
+
+        let mut figures = serde_json::Map::new();
+        for &fault in &opts.faults {
+            let rounds = if fault == Fault::ApiFreeze {
+                opts.freeze_rounds
+            } else {
+                opts.rounds
+            };
+            let mut per = Vec::new();
+            for r in 0..rounds {
+                let v = self
+                    .round(fault, opts)
+                    .await
+                    .with_context(|| format!("{} round {}", fault.name(), r + 1))?;
+                eprintln!(
+                    "bench-bgp-faults: {} {} round {}: {v}",
+                    self.kind.name(),
+                    fault.name(),
+                    r + 1
+                );
+                per.push(v);
+            }
+            figures.insert(
+                fault.name().into(),
+                json!({"summary": summarise(&per), "rounds": per}),
+            );
+        }
+        controller.stop_with(Signal::TERM, Duration::from_secs(10))?;
+        Ok(Value::Object(figures))
+    }
+
+    async fn round(&mut self, fault: Fault, opts: &Opts) -> Result<Value> {
+        self.wait_converged(self.want(opts), Duration::from_secs(120))
+            .await
+            .context("before the round")?;
+        let before = Before {
+            ips: self.ips().await?,
+        };
+        let audit_from = file_len(&self.audit);
+        let exits_before = self.speaker_exits;
+        let mut tail = Tail::from_end(&self.router_log());
+        let mut events: Vec<Logged> = Vec::new();
+        let sampler = Sampler::start(
+            self.view(),
+            fault == Fault::SpeakerRestartApiDown && self.graceful,
+        );
+        let fault_us = now_us();
+        let t0 = Instant::now();
+        let mut extra = serde_json::Map::new();
+        // The fault; `end` is when it is undone (the API server answers again, the router
+        // is back, the cable restored).
+        let end: Instant = match fault {
+            Fault::Quiet => {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                Instant::now()
+            }
+            Fault::ApiKill => {
+                self.api.kill()?;
+                self.sabotage(opts, opts.api_down / 2).await?;
+                tokio::time::sleep(opts.api_down.saturating_sub(t0.elapsed())).await;
+                let restart = Instant::now();
+                self.api.start()?;
+                let up = wait_api(self.lab).await?;
+                extra.insert("api_start_ms".into(), json!(ms(up.duration_since(restart))));
+                up
+            }
+            Fault::ApiFreeze => {
+                let stopped = Stopped::stop(self.api.pid()?);
+                self.sabotage(opts, opts.freeze / 2).await?;
+                tokio::time::sleep(opts.freeze.saturating_sub(t0.elapsed())).await;
+                drop(stopped);
+                wait_api(self.lab).await?
+            }
+            Fault::RouterRestart => {
+                self.restart_router(&mut tail, &mut events)?;
+                Instant::now()
+            }
+            Fault::Cut => {
+                let cut = self.net.net.cut_cable(&plan::node_name(1))?;
+                let a = plan::node_v4(1).to_string();
+                let deadline = Instant::now() + Duration::from_secs(u64::from(HOLD_S) * 3);
+                let down = loop {
+                    events.extend(tail.events());
+                    if let Some(e) = events
+                        .iter()
+                        .find(|e| e.peer == a && e.event == Event::Down)
+                    {
+                        break e.at_us;
+                    }
+                    ensure!(
+                        Instant::now() < deadline,
+                        "the router never saw node-1's session expire"
+                    );
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                };
+                extra.insert(
+                    "hold_expiry_ms".into(),
+                    json!((down - fault_us) as f64 / 1000.0),
+                );
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                cut.restore()?;
+                Instant::now()
+            }
+            Fault::Flap => {
+                let view = self.view();
+                let a = plan::node_v4(1).to_string();
+                for _ in 0..10 {
+                    let t = Instant::now();
+                    tokio::task::block_in_place(|| {
+                        let mut c = view.ns.command("vtysh");
+                        c.arg("--vty_socket")
+                            .arg(&view.dir)
+                            .arg("-c")
+                            .arg(format!("clear bgp {a}"));
+                        let out = c.output()?;
+                        ensure!(out.status.success(), "clear bgp: {}", out.status);
+                        anyhow::Ok(())
+                    })?;
+                    tokio::time::sleep(Duration::from_secs(1).saturating_sub(t.elapsed())).await;
+                }
+                Instant::now()
+            }
+            Fault::SpeakerRestartApiDown => {
+                self.api.kill()?;
+                self.kill_speaker(1)?;
+                self.start_speaker(1)?;
+                self.sleep_supervised(opts.api_down_long.saturating_sub(t0.elapsed()))
+                    .await?;
+                // What the router holds of node-1 just before the API server comes back.
+                let view = self.view();
+                let (pfx, stale) =
+                    tokio::task::block_in_place(|| anyhow::Ok((view.summary()?, view.stale()?)))?;
+                let a = plan::node_v4(1).to_string();
+                extra.insert(
+                    "node1_at_api_back".into(),
+                    json!({"state": pfx.get(&a).map(|p| p.0.clone()),
+                           "pfx": pfx.get(&a).map(|p| p.1), "stale": stale.get(&a)}),
+                );
+                self.api.start()?;
+                wait_api(self.lab).await?
+            }
+        };
+        // A probe Service created once the fault is undone: served again end to end.
+        self.probes += 1;
+        let probe = format!("probe-{:03}", self.probes);
+        // Retried: a restarted API server's cluster-IP allocator answers "range is full"
+        // until it has synced (seconds).
+        let created = loop {
+            match self.create_service(&probe, 1 + self.probes % NODES).await {
+                Ok(()) => break Instant::now(),
+                Err(e) if end.elapsed() < Duration::from_secs(60) => {
+                    eprintln!("bench-bgp-faults: {probe}: {e:#}: again");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        extra.insert(
+            "probe_created_ms".into(),
+            json!(ms(created.duration_since(end))),
+        );
+        let converged = self
+            .wait_converged(self.want(opts), CONVERGE_TIMEOUT)
+            .await?;
+        tokio::time::sleep(WRITES_AFTER).await;
+        let seen = sampler.finish();
+        let done_us = now_us();
+        events.extend(tail.events());
+        let after = self.ips().await?;
+
+        // Per node: withdrawals and session downs at the router, over the whole round.
+        let mut withdrawn = 0usize;
+        let mut downs = 0usize;
+        let mut ups = 0usize;
+        let mut rcvd_node1 = 0usize;
+        for e in &events {
+            if !(1..=NODES).any(|n| plan::node_v4(n).to_string() == e.peer) {
+                continue;
+            }
+            match &e.event {
+                Event::Withdrawn(_) => withdrawn += 1,
+                Event::Down => downs += 1,
+                Event::Up => ups += 1,
+                Event::Rcvd(_) if e.peer == plan::node_v4(1).to_string() => rcvd_node1 += 1,
+                Event::Rcvd(_) => {}
+            }
+        }
+        let low: u64 = (1..=NODES)
+            .map(|n| {
+                seen.min_pfx
+                    .get(&plan::node_v4(n).to_string())
+                    .copied()
+                    .unwrap_or(0)
+            })
+            .min()
+            .unwrap_or(0);
+        let moved: Vec<String> = before
+            .ips
+            .iter()
+            .filter(|(name, ip)| after.get(*name) != Some(*ip))
+            .map(|(name, ip)| format!("{name} {ip}->{:?}", after.get(name)))
+            .collect();
+        let (speaker_writes, speaker_per) = audit_writes(
+            &self.audit,
+            audit_from,
+            &self.speaker_user,
+            fault_us,
+            done_us,
+        )?;
+        let (controller_writes, controller_per) = audit_writes(
+            &self.audit,
+            audit_from,
+            &self.controller_user,
+            fault_us,
+            done_us,
+        )?;
+        // The probe costs one status object per node (and perhaps one rewrite each).
+        let storm = speaker_writes > 2 * (NODES * (self.want(opts)));
+        let mut violations = Vec::new();
+        if fault.api_only() {
+            if withdrawn > 0 {
+                violations.push(format!("{withdrawn} withdrawals at the router"));
+            }
+            if downs > 0 {
+                violations.push(format!("{downs} session downs at the router"));
+            }
+            if low < opts.services as u64 + self.probes as u64 - 1 {
+                violations.push(format!("prefix count fell to {low} at the router"));
+            }
+        }
+        if !moved.is_empty() {
+            violations.push(format!("moved: {moved:?}"));
+        }
+        if storm {
+            violations.push(format!("write storm: {speaker_writes} speaker writes"));
+        }
+        let mut v = json!({
+            "fault_ms": ms(end.duration_since(t0)),
+            "converge_ms": ms(converged.duration_since(end)),
+            "withdrawn": withdrawn,
+            "session_downs": downs,
+            "session_ups": ups,
+            "node1_updates_rcvd": rcvd_node1,
+            "min_prefixes": low,
+            "moved": moved.len(),
+            "speaker_writes": speaker_writes,
+            "speaker_writes_per": speaker_per,
+            "controller_writes": controller_writes,
+            "controller_writes_per": controller_per,
+            "speaker_exits": self.speaker_exits - exits_before,
+            "samples": seen.samples,
+            "sample_errors": seen.errors,
+            "max_stale": seen.max_stale,
+            "violations": violations,
+        });
+        for (k, x) in extra {
+            v[k] = x;
+        }
+        if fault == Fault::RouterRestart {
+            v["reannounce_ms"] = reannounce(&events, fault_us, &self.ips().await?);
+        }
+        Ok(v)
+    }
+
+    /// With `--sabotage`, SIGKILLs node-1's speaker `after` into an API fault (and starts
+    /// it again): the checks must then see its routes withdrawn.
+    async fn sabotage(&mut self, opts: &Opts, after: Duration) -> Result<()> {
+        if !opts.sabotage {
+            return Ok(());
+        }
+        tokio::time::sleep(after).await;
+        eprintln!("bench-bgp-faults: sabotage: SIGKILL node-1's speaker");
+        self.kill_speaker(1)?;
+        self.start_speaker(1)
+    }
+
+    /// Stops FRR, keeps its log aside, starts it again with the same configuration.
+    fn restart_router(&mut self, tail: &mut Tail, events: &mut Vec<Logged>) -> Result<()> {
+        events.extend(tail.events());
+        if let Some(f) = self.frr.take() {
+            f.stop()?;
+        }
+        self.router_restarts += 1;
+        let dir = self.net.net.ns("router").state_dir().join("frr");
+        let keep = self
+            .dir
+            .join(format!("router-{}.log", self.router_restarts));
+        let _ = std::fs::copy(dir.join("bench.log"), keep);
+        std::fs::remove_dir_all(&dir)?;
+        let frr = Frr::start(
+            self.net.net.ns("router"),
+            &router_config(&self.router_log(), self.graceful),
+        )?;
+        self.frr = Some(frr);
+        *tail = Tail {
+            path: self.router_log(),
+            offset: 0,
+            partial: String::new(),
+        };
+        Ok(())
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 10_000.0).round() / 10.0
+}
+
+/// Per node: from the router's session Up (the last one after `from_us`) to the last
+/// of the Services' /32s received from that node after it (ms), or null.
+fn reannounce(events: &[Logged], from_us: i64, ips: &BTreeMap<String, String>) -> Value {
+    let want: BTreeSet<String> = ips.values().map(|ip| format!("{ip}/32")).collect();
+    let mut out = serde_json::Map::new();
+    for n in 1..=NODES {
+        let a = plan::node_v4(n).to_string();
+        let up = events
+            .iter()
+            .filter(|e| e.peer == a && e.event == Event::Up && e.at_us >= from_us)
+            .map(|e| e.at_us)
+            .next_back();
+        let Some(up) = up else {
+            out.insert(plan::node_name(n), Value::Null);
+            continue;
+        };
+        let mut got = BTreeSet::new();
+        let mut last = None;
+        for e in events.iter().filter(|e| e.peer == a && e.at_us >= up) {
+            if let Event::Rcvd(p) = &e.event
+                && want.contains(p)
+                && got.insert(p.clone())
+                && got.len() == want.len()
+            {
+                last = Some(e.at_us);
+                break;
+            }
+        }
+        out.insert(
+            plan::node_name(n),
+            last.map_or(Value::Null, |l| json!((l - up) as f64 / 1000.0)),
+        );
+    }
+    Value::Object(out)
+}
+
+/// Per fault: rounds, the sum of violations, and median/max of the main figures.
+fn summarise(rounds: &[Value]) -> Value {
+    let nums = |key: &str| -> Vec<f64> {
+        let mut v: Vec<f64> = rounds.iter().filter_map(|r| r[key].as_f64()).collect();
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        v
+    };
+    let med_max = |v: Vec<f64>| -> Value {
+        if v.is_empty() {
+            return Value::Null;
+        }
+        json!([v[v.len() / 2], v[v.len() - 1]])
+    };
+    let sum = |key: &str| -> f64 { rounds.iter().filter_map(|r| r[key].as_f64()).sum() };
+    let violations: usize = rounds
+        .iter()
+        .map(|r| r["violations"].as_array().map_or(0, |v| v.len()))
+        .sum();
+    let mut reann: Vec<f64> = rounds
+        .iter()
+        .flat_map(|r| {
+            r["reannounce_ms"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter_map(|(_, v)| v.as_f64())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    reann.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    json!({
+        "rounds": rounds.len(),
+        "violations": violations,
+        "converge_ms": med_max(nums("converge_ms")),
+        "withdrawn": sum("withdrawn"),
+        "session_downs": sum("session_downs"),
+        "moved": sum("moved"),
+        "speaker_writes": med_max(nums("speaker_writes")),
+        "controller_writes": med_max(nums("controller_writes")),
+        "hold_expiry_ms": med_max(nums("hold_expiry_ms")),
+        "reannounce_ms": med_max(reann),
+        "node1_updates_rcvd": med_max(nums("node1_updates_rcvd")),
+        "session_ups": med_max(nums("session_ups")),
+    })
+}
+
+fn table(rows: &[(&str, String, Value)]) -> String {
+    let f = |v: &Value| -> String {
+        match v {
+            Value::Array(a) if a.len() == 2 => format!("{} / {}", a[0], a[1]),
+            Value::Null => "-".into(),
+            v => v.to_string(),
+        }
+    };
+    let mut s = String::from(
+        "| impl | fault | rounds | violations | converge ms (median / max) | withdrawn | session downs | moved | speaker writes (median / max) | controller writes | hold expiry ms | re-announce ms | node-1 UPDATEs |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for (k, fault, v) in rows {
+        s.push_str(&format!(
+            "| {k} | {fault} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            v["rounds"],
+            v["violations"],
+            f(&v["converge_ms"]),
+            v["withdrawn"],
+            v["session_downs"],
+            v["moved"],
+            f(&v["speaker_writes"]),
+            f(&v["controller_writes"]),
+            f(&v["hold_expiry_ms"]),
+            f(&v["reannounce_ms"]),
+            f(&v["node1_updates_rcvd"]),
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bgpd_lines_are_parsed() {
+        let r = parse_event(
+            "2026/11/26 20:40:01.123456 BGP: [PXVXG-TFNNT] 192.0.2.11(node-1) rcvd 198.51.100.1/32 IPv4 unicast",
+        )
+        .unwrap();
+        assert_eq!(r.peer, "192.0.2.11");
+        assert_eq!(r.event, Event::Rcvd("198.51.100.1/32".into()));
+        let w = parse_event("2026/11/26 20:40:01.123789 BGP: [X] 192.0.2.12(node-2) rcvd UPDATE about 198.51.100.1/32 IPv4 unicast -- withdrawn").unwrap();
+        assert_eq!(w.peer, "192.0.2.12");
+        assert_eq!(w.event, Event::Withdrawn("198.51.100.1/32".into()));
+        assert_eq!(w.at_us - r.at_us, 333);
+        let up = parse_event("2026/11/26 20:40:02.000000 BGP: [M59KS-A3ZXZ] %ADJCHANGE: neighbor 192.0.2.13(Unknown) in vrf default Up").unwrap();
+        assert_eq!((up.peer.as_str(), up.event), ("192.0.2.13", Event::Up));
+        let down = parse_event("2026/11/26 20:40:02.000000 BGP: [N6SHM-ZXSQ9] %ADJCHANGE: neighbor 192.0.2.13(Unknown) in vrf default Down BGP Notification send").unwrap();
+        assert_eq!(down.event, Event::Down);
+        assert!(parse_event("2026/11/26 20:40:01.123456 BGP: [X] 192.0.2.11 rcvd UPDATE w/ attr: nexthop 192.0.2.11").is_none());
+    }
+
+    #[test]
+    fn reannounce_is_from_the_last_up_to_the_last_prefix() {
+        let ips: BTreeMap<String, String> = [("a", "198.51.100.1"), ("b", "198.51.100.2")]
+            .into_iter()
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+            .collect();
+        let e = |at_us, peer: &str, event| Logged {
+            at_us,
+            peer: peer.to_owned(),
+            event,
+        };
+        let events = vec![
+            e(1_000, "192.0.2.11", Event::Up),
+            e(2_000, "192.0.2.11", Event::Down),
+            e(10_000, "192.0.2.11", Event::Up),
+            e(11_000, "192.0.2.11", Event::Rcvd("198.51.100.1/32".into())),
+            e(12_000, "192.0.2.11", Event::Rcvd("198.51.100.1/32".into())),
+            e(13_500, "192.0.2.11", Event::Rcvd("198.51.100.2/32".into())),
+        ];
+        let r = reannounce(&events, 0, &ips);
+        assert_eq!(r["node-1"], json!(3.5));
+        assert_eq!(r["node-2"], Value::Null);
+    }
+
+    #[test]
+    fn faults_parse_by_name() {
+        for f in ALL_FAULTS {
+            assert_eq!(Fault::parse(f.name()).unwrap(), f);
+        }
+        assert!(Fault::parse("meteor").is_err());
+    }
+}
