@@ -275,7 +275,7 @@ async fn chart_passes_kubectl_apply_dry_run_server() -> Result<()> {
         ],
     )?;
     for want in [
-        "image: registry.example/metallb-rs/controller:v0.1.0",
+        "image: registry.example/metallb-rs/controller:0.1.0",
         "- --lb-class=metallb",
         "- --ignore-exclude-lb",
         "failurePolicy: Ignore",
