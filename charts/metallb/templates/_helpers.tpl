@@ -111,9 +111,6 @@ them as comments in the manifests (for `helm template`, Argo CD, Flux: no NOTES 
 */}}
 {{- define "metallb.ignoredKeys" -}}
 {{- $p := .Values.prometheus }}
-{{- if and $p.prometheusRule $p.prometheusRule.enabled }}
-- prometheus.prometheusRule.enabled: no PrometheusRule is created; MetalLB's alerts are not installed.
-{{- end }}
 {{- if and $p.podMonitor $p.podMonitor.enabled }}
 - prometheus.podMonitor.enabled: no PodMonitor is created; nothing scrapes the metrics unless prometheus.serviceMonitor.enabled is set instead.
 {{- end }}

@@ -263,7 +263,8 @@ async fn chart_passes_kubectl_apply_dry_run_server() -> Result<()> {
     ensure!(n >= 20, "the defaults render only {n} objects");
 
     // A MetalLB user's values file. The lab has no Prometheus Operator (no ServiceMonitor
-    // CRD), so the ServiceMonitors are off here (scripts/test lints them on).
+    // or PrometheusRule CRD), so the ServiceMonitors and the rules are off here
+    // (scripts/test lints them on).
     let upstream = render(
         &helm,
         "metallb",
@@ -272,6 +273,8 @@ async fn chart_passes_kubectl_apply_dry_run_server() -> Result<()> {
             "charts/metallb/tests/upstream-values.yaml",
             "--set",
             "prometheus.serviceMonitor.enabled=false",
+            "--set",
+            "prometheus.prometheusRule.enabled=false",
         ],
     )?;
     for want in [
@@ -292,7 +295,7 @@ async fn chart_passes_kubectl_apply_dry_run_server() -> Result<()> {
     let n = server_dry_run(&lab, "a MetalLB user's values file", &upstream).await?;
     println!("upstream values: {n} objects accepted");
 
-    // With the ServiceMonitor on (lint only: no CRD here), its Services and RBAC render.
+    // With the ServiceMonitor and the rules on (lint only: no CRD here), they render.
     let with_sm = render(
         &helm,
         "metallb",
@@ -300,6 +303,8 @@ async fn chart_passes_kubectl_apply_dry_run_server() -> Result<()> {
     )?;
     for want in [
         "kind: ServiceMonitor",
+        "kind: PrometheusRule",
+        "alert: MetalLBAddressPoolUsage75Percent",
         "name: metallb-controller-monitor-service",
         "name: metallb:metrics-reader",
     ] {
