@@ -111,9 +111,6 @@ them as comments in the manifests (for `helm template`, Argo CD, Flux: no NOTES 
 */}}
 {{- define "metallb.ignoredKeys" -}}
 {{- $p := .Values.prometheus }}
-{{- if and $p.podMonitor $p.podMonitor.enabled }}
-- prometheus.podMonitor.enabled: no PodMonitor is created; nothing scrapes the metrics unless prometheus.serviceMonitor.enabled is set instead.
-{{- end }}
 {{- if $p.rbacProxy }}
 - prometheus.rbacProxy: no kube-rbac-proxy sidecar; the controller and the speakers serve their metrics over HTTPS themselves, on prometheus.metricsPort ({{ $p.metricsPort }}), authorised by the API server.
 {{- end }}
