@@ -102,3 +102,70 @@ service:
   path: {{ $path }}
 {{- end }}
 {{- end }}
+
+{{/*
+MetalLB's keys this chart accepts (so that a MetalLB values file renders) but that have no
+effect here, as set by the user: one line each, naming the key and what happens instead.
+NOTES.txt prints them after an install or upgrade, and templates/warnings.yaml renders
+them as comments in the manifests (for `helm template`, Argo CD, Flux: no NOTES there).
+*/}}
+{{- define "metallb.ignoredKeys" -}}
+{{- $p := .Values.prometheus }}
+{{- if $p.rbacProxy }}
+- prometheus.rbacProxy: no kube-rbac-proxy sidecar; the controller and the speakers serve their metrics over HTTPS themselves, on prometheus.metricsPort ({{ $p.metricsPort }}), authorised by the API server.
+{{- end }}
+{{- if $p.secureMetricsPort }}
+- prometheus.secureMetricsPort: ignored; the metrics are served over HTTPS on prometheus.metricsPort ({{ $p.metricsPort }}), not over plain HTTP as MetalLB's are.
+{{- end }}
+{{- with .Values.networkpolicies }}
+{{- if .enabled }}
+- networkpolicies.enabled: no NetworkPolicy is created; the controller and the speakers are not isolated.
+{{- end }}
+{{- end }}
+{{- with .Values.tls }}
+{{- if .cipherSuites }}
+- tls.cipherSuites: ignored; the metrics TLS uses its library's cipher suites.
+{{- end }}
+{{- if .curvePreferences }}
+- tls.curvePreferences: ignored; the metrics TLS uses its library's curves.
+{{- end }}
+{{- end }}
+{{- with .Values.speaker }}
+{{- if and .excludeInterfaces (not .excludeInterfaces.enabled) }}
+- speaker.excludeInterfaces.enabled=false: ignored; no metallb-excludel2 ConfigMap is read either way, and the speaker chooses the layer-2 interfaces itself.
+{{- end }}
+{{- if and .frr .frr.enabled }}
+- speaker.frr.*: no FRR container is run; BGP and BFD are native to the speaker, and FRR's image, ports and resources are unused.
+{{- end }}
+{{- if not (kindIs "invalid" .bgpDebounceTimeout) }}
+- speaker.bgpDebounceTimeout: ignored; there is no FRR configuration to debounce.
+{{- end }}
+{{- end }}
+{{- with .Values.frrk8s }}
+{{- if or .enabled .external }}
+- frrk8s.*: no frr-k8s backend or subchart; the speaker announces over its native BGP.
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Refuses MetalLB's own images (a repository under quay.io/metallb/ or <registry>/metallb/,
+or a vX.Y.Z tag, which metallb-rs's images never carry): its Go binaries would run under
+this chart's arguments and RBAC. allowUpstreamImages: true opts out.
+*/}}
+{{- define "metallb.refuseUpstreamImage" -}}
+{{- $root := index . 0 }}
+{{- $component := index . 1 }}
+{{- $image := index $root.Values $component "image" }}
+{{- if not $root.Values.allowUpstreamImages }}
+{{- $repo := toString $image.repository }}
+{{- $tag := toString ($image.tag | default "") }}
+{{- $upstreamRepo := or (contains "quay.io/metallb/" $repo) (eq $repo (printf "metallb/%s" $component)) (hasSuffix (printf "/metallb/%s" $component) $repo) }}
+{{- if $upstreamRepo }}
+{{- fail (printf "%s.image.repository %q is MetalLB's image, not metallb-rs's: its Go binaries would run under this chart. Use metallb-rs's image (default %q), or set allowUpstreamImages=true to render it anyway." $component $repo (printf "metallb-rs/%s" $component)) }}
+{{- end }}
+{{- if regexMatch "^v[0-9]+\\.[0-9]+\\.[0-9]+" $tag }}
+{{- fail (printf "%s.image.tag %q is a MetalLB release tag (metallb-rs's images are tagged without a leading v, e.g. %q): leave the tag empty for the chart's appVersion, or set allowUpstreamImages=true to render it anyway." $component $tag $root.Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+{{- end }}

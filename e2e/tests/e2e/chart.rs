@@ -263,7 +263,8 @@ async fn chart_passes_kubectl_apply_dry_run_server() -> Result<()> {
     ensure!(n >= 20, "the defaults render only {n} objects");
 
     // A MetalLB user's values file. The lab has no Prometheus Operator (no ServiceMonitor
-    // CRD), so the ServiceMonitors are off here (scripts/test lints them on).
+    // or PrometheusRule CRD), so the ServiceMonitors and the rules are off here
+    // (scripts/test lints them on).
     let upstream = render(
         &helm,
         "metallb",
@@ -272,10 +273,12 @@ async fn chart_passes_kubectl_apply_dry_run_server() -> Result<()> {
             "charts/metallb/tests/upstream-values.yaml",
             "--set",
             "prometheus.serviceMonitor.enabled=false",
+            "--set",
+            "prometheus.prometheusRule.enabled=false",
         ],
     )?;
     for want in [
-        "image: registry.example/metallb-rs/controller:v0.1.0",
+        "image: registry.example/metallb-rs/controller:0.1.0",
         "- --lb-class=metallb",
         "- --ignore-exclude-lb",
         "failurePolicy: Ignore",
@@ -292,7 +295,7 @@ async fn chart_passes_kubectl_apply_dry_run_server() -> Result<()> {
     let n = server_dry_run(&lab, "a MetalLB user's values file", &upstream).await?;
     println!("upstream values: {n} objects accepted");
 
-    // With the ServiceMonitor on (lint only: no CRD here), its Services and RBAC render.
+    // With the ServiceMonitor and the rules on (lint only: no CRD here), they render.
     let with_sm = render(
         &helm,
         "metallb",
@@ -300,6 +303,8 @@ async fn chart_passes_kubectl_apply_dry_run_server() -> Result<()> {
     )?;
     for want in [
         "kind: ServiceMonitor",
+        "kind: PrometheusRule",
+        "alert: MetalLBAddressPoolUsage75Percent",
         "name: metallb-controller-monitor-service",
         "name: metallb:metrics-reader",
     ] {
@@ -347,5 +352,81 @@ fn chart_fails_where_metallbs_chart_fails() -> Result<()> {
             out.status
         );
     }
+    Ok(())
+}
+
+/// `helm install --dry-run=client` against the lab (Helm asks the API server its version)
+/// and its NOTES. The CRDs are off (the lab's exist outside any release) and so are the
+/// Prometheus Operator's kinds (no CRD in the lab).
+fn install_notes(helm: &Path, kubeconfig: &Path, values: &[&str]) -> Result<String> {
+    let out = std::process::Command::new(helm)
+        .current_dir(repo())
+        .env("KUBECONFIG", kubeconfig)
+        .args([
+            "install",
+            "metallb",
+            "charts/metallb",
+            "--namespace",
+            "lb",
+            "--dry-run=client",
+            "--set",
+            "crds.enabled=false",
+        ])
+        .args(values)
+        .args([
+            "--set",
+            "prometheus.serviceMonitor.enabled=false",
+            "--set",
+            "prometheus.prometheusRule.enabled=false",
+        ])
+        .output()
+        .context("running helm install --dry-run=client")?;
+    ensure!(
+        out.status.success(),
+        "helm install --dry-run=client {values:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout)?;
+    let (_, notes) = stdout
+        .split_once("\nNOTES:\n")
+        .context("helm install --dry-run=client printed no NOTES")?;
+    Ok(notes.to_string())
+}
+
+/// The NOTES name every key of MetalLB's chart that a values file sets and metallb-rs
+/// ignores (scripts/test checks the same list in `helm template`'s comments), and the
+/// defaults warn of nothing.
+#[tokio::test]
+async fn install_notes_name_the_ignored_values() -> Result<()> {
+    let _lab = Lab::connect().await?;
+    let env = e2e::LabEnv::from_env()?;
+    let Some(helm) = helm()? else { return Ok(()) };
+    let notes = install_notes(
+        &helm,
+        &env.kubeconfig,
+        &["-f", "charts/metallb/tests/upstream-values.yaml"],
+    )?;
+    ensure!(
+        notes.contains("WARNING: these values of MetalLB's chart are set but have no effect"),
+        "the NOTES of a MetalLB values file carry no warning:\n{notes}"
+    );
+    for key in [
+        "prometheus.rbacProxy:",
+        "prometheus.secureMetricsPort:",
+        "networkpolicies.enabled:",
+        "tls.cipherSuites:",
+        "tls.curvePreferences:",
+        "speaker.frr.*:",
+    ] {
+        ensure!(
+            notes.contains(&format!("\n- {key}")),
+            "the NOTES do not name `{key}`:\n{notes}"
+        );
+    }
+    let defaults = install_notes(&helm, &env.kubeconfig, &[])?;
+    ensure!(
+        !defaults.contains("WARNING") && !defaults.contains("\n- "),
+        "the defaults' NOTES warn:\n{defaults}"
+    );
     Ok(())
 }

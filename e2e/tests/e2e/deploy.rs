@@ -1,5 +1,5 @@
 //! deploy/: accepted by the lab API server (`kubectl apply --dry-run=server`), complete
-//! (kustomization), and as specified (Recreate, hostNetwork, downward API, capabilities,
+//! (kustomization), and as specified (two controllers, RollingUpdate, a PDB, hostNetwork, downward API, capabilities,
 //! security contexts, least-privilege RBAC).
 
 use std::collections::BTreeSet;
@@ -269,15 +269,28 @@ async fn deploy_objects_are_as_specified() -> Result<()> {
         d["metadata"]["namespace"] == "metallb-system",
         "controller in metallb-system".into(),
     );
+    // Two controllers (a fenced Lease decides which allocates; both serve the webhooks),
+    // rolled one at a time with a new one Ready first, and kept up through drains.
     check(
-        d["spec"]["replicas"] == 1,
-        format!("controller replicas 1, got {}", d["spec"]["replicas"]),
+        d["spec"]["replicas"] == 2,
+        format!("controller replicas 2, got {}", d["spec"]["replicas"]),
     );
     check(
-        d["spec"]["strategy"]["type"] == "Recreate",
+        d["spec"]["strategy"]["type"] == "RollingUpdate"
+            && d["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0,
         format!(
-            "controller strategy Recreate, got {}",
+            "controller strategy RollingUpdate with maxUnavailable 0, got {}",
             d["spec"]["strategy"]
+        ),
+    );
+    let pdb = find(&items, "PodDisruptionBudget", "metallb-rs-controller")?;
+    check(
+        pdb["spec"]["minAvailable"] == 1
+            && pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]
+                == "controller",
+        format!(
+            "controller PodDisruptionBudget minAvailable 1, got {}",
+            pdb["spec"]
         ),
     );
     let pod = &d["spec"]["template"]["spec"];
