@@ -6,6 +6,7 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use kube::Resource;
@@ -88,12 +89,35 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Slowest retry of a failed watch: the next attempt after an outage ends
+/// comes at most this long (plus jitter) after the API server answers again.
+pub const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(8);
+
+/// How a failed watch retries: 0.4 s doubling to [`WATCH_BACKOFF_MAX`],
+/// each delay jittered up to twice itself, reset by any event (kube's `StreamBackoff`). kube's default
+/// (client-go's: 0.8 s to 30 s, reset only after 2 min) kept the speakers'
+/// watches away 15-75 s after a 10-20 s API server outage (issue 27,
+/// bench-bgp-faults); a restarted API server also answers 403 for a few
+/// seconds while its authorizer's cache fills, which the doubling counts
+/// as more failures. A refused connection costs an API server nothing, and
+/// a busy one answers 429, after which each watch waits up to 8 s more.
+pub fn watch_backoff() -> kube::runtime::watcher::ExponentialBackoff {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(400))
+        .with_max_delay(WATCH_BACKOFF_MAX)
+        .with_factor(2.0)
+        .without_max_times()
+        .with_jitter()
+        .into()
+}
+
 /// A watch of one kind feeding a cache ([`Store`]), run by a task of its own
 /// (spawned on the current Tokio runtime) that ends when this is dropped.
 ///
-/// The watch retries with kube's default backoff (0.8 s doubling to 30 s,
-/// jittered); a re-list replaces the cache atomically when it completes, so
-/// readers never see a half-listed cache.
+/// The watch retries with [`watch_backoff`] (0.4 s doubling to 8 s,
+/// jittered, from the start again after any event); a re-list replaces the
+/// cache atomically when it completes, so readers never see a half-listed
+/// cache.
 #[derive(Debug)]
 pub struct Reflector<K: Resource<DynamicType = ()> + Clone + 'static> {
     store: Store<K>,
@@ -238,7 +262,7 @@ async fn run<K>(
         // stream starts with (it starts after they were made).
         let generation = shared.requested.load(Ordering::SeqCst);
         let mut stream = watcher(api.clone(), config.clone())
-            .default_backoff()
+            .backoff(watch_backoff())
             .boxed();
         loop {
             let event = tokio::select! {
@@ -299,6 +323,35 @@ async fn run<K>(
                     tracing::debug!(kind, objects = store.len(), "listed");
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod backoff_tests {
+    use kube::runtime::utils::Backoff;
+
+    use super::*;
+
+    /// A watch failing through a long outage retries at most every 16 s
+    /// (8 s jittered up to twice), and from 0.4-0.8 s again after an event.
+    #[test]
+    fn a_failing_watch_retries_within_seconds_however_long_the_outage() {
+        for _ in 0..50 {
+            let mut b = watch_backoff();
+            let first = b.next().unwrap();
+            assert!(first >= Duration::from_millis(400) && first <= Duration::from_millis(800));
+            let later: Vec<Duration> = (0..40).map(|_| b.next().unwrap()).collect();
+            assert!(
+                later.iter().all(|d| *d <= 2 * WATCH_BACKOFF_MAX),
+                "{later:?}"
+            );
+            assert!(
+                later[10..].iter().all(|d| *d >= WATCH_BACKOFF_MAX),
+                "{later:?}"
+            );
+            b.reset();
+            assert!(b.next().unwrap() <= Duration::from_millis(800));
         }
     }
 }

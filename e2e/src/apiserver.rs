@@ -112,3 +112,45 @@ pub async fn wait_api(lab: &Lab) -> Result<Instant> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Waits (up to 120 s) until the lab's kube-controller-manager works again after an API
+/// server restart (its informers come back with client-go's back-off, 13-30 s and more
+/// here): a throwaway namespace gets its `default` ServiceAccount. Tests after a restart
+/// need it (Pod admission refuses Pods without it), so a test that restarts the API server
+/// leaves only once this holds.
+pub async fn wait_controller_manager(lab: &Lab) -> Result<Duration> {
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(120);
+    let nsapi = Api::<Namespace>::all(lab.client.clone());
+    let name = format!("e2e-kcm-back-{}", std::process::id());
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+    loop {
+        match nsapi.create(&Default::default(), &ns).await {
+            Ok(_) => break,
+            Err(kube::Error::Api(s)) if s.code == 409 => break,
+            Err(e) => {
+                ensure!(
+                    Instant::now() < deadline,
+                    "creating namespace {name} after the API server restart: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    let sas =
+        Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(lab.client.clone(), &name);
+    let r = loop {
+        if matches!(sas.get_opt("default").await, Ok(Some(_))) {
+            break Ok(started.elapsed());
+        }
+        if Instant::now() > deadline {
+            break Err(anyhow::anyhow!(
+                "the lab's kube-controller-manager made no `default` ServiceAccount in {name} \
+                 within 120 s of the API server's restart"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let _ = nsapi.delete(&name, &Default::default()).await;
+    r
+}
