@@ -130,6 +130,10 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
             "--metallb-bin" => metallb_bin = Some(PathBuf::from(val()?)),
             "--out" => o.out = Some(PathBuf::from(val()?)),
             "--speaker-arg" => o.speaker_args.push(val()?),
+            // (the value starts with `--`: `--speaker-arg=--flag=value` reads better)
+            a if a.starts_with("--speaker-arg=") => {
+                o.speaker_args.push(a["--speaker-arg=".len()..].to_owned());
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
