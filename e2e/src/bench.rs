@@ -72,6 +72,69 @@ pub fn metallb_bin_dir(repo: &Path, given: Option<PathBuf>) -> anyhow::Result<Pa
     Ok(PathBuf::from(dir))
 }
 
+/// A ServiceAccount `name` in `ns` bound to cluster-admin (the same rights for both
+/// implementations a bench compares) and a kubeconfig with its token in `dir`; returns
+/// (kubeconfig, audit user) once the API server allows it to patch Service status.
+pub async fn admin_account(
+    lab: &crate::Lab,
+    ns: &str,
+    dir: &Path,
+    name: &str,
+) -> anyhow::Result<(PathBuf, String)> {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    use kube::api::{Api, PostParams};
+    Api::<ServiceAccount>::namespaced(lab.client.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?,
+        )
+        .await?;
+    Api::<ClusterRoleBinding>::all(lab.client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": format!("bench:{ns}:{name}")},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
+            }))?,
+        )
+        .await?;
+    let user = format!("system:serviceaccount:{ns}:{name}");
+    lab.wait_allowed(&user, "patch", "services/status", None)
+        .await?;
+    let kc = lab.service_account_kubeconfig(dir, ns, name).await?;
+    Ok((kc, user))
+}
+
+/// Creates the metallb.io object `kind`/`name` in `ns` with `spec` (BGPPeer at v1beta2,
+/// the others at v1beta1).
+pub async fn create_metallb(
+    lab: &crate::Lab,
+    ns: &str,
+    kind: &str,
+    name: &str,
+    spec: serde_json::Value,
+) -> anyhow::Result<()> {
+    use kube::api::{DynamicObject, PostParams};
+    let version = if kind == "BGPPeer" {
+        "v1beta2"
+    } else {
+        "v1beta1"
+    };
+    let obj: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": format!("metallb.io/{version}"),
+        "kind": kind,
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    }))?;
+    lab.metallb(&lab.client, ns, kind)
+        .create(&PostParams::default(), &obj)
+        .await
+        .with_context(|| format!("creating {kind} {name}"))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

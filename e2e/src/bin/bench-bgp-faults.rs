@@ -49,7 +49,7 @@ use anyhow::{Context, Result, bail, ensure};
 use e2e::apiserver::{ApiServer, wait_api};
 use e2e::bench::Impl as Kind;
 use e2e::{Lab, NodeNetwork};
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
@@ -784,52 +784,13 @@ impl Bench<'_> {
     }
 
     async fn create_metallb(&self, kind: &str, name: &str, spec: Value) -> Result<()> {
-        let version = if kind == "BGPPeer" {
-            "v1beta2"
-        } else {
-            "v1beta1"
-        };
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": format!("metallb.io/{version}"),
-            "kind": kind,
-            "metadata": {"name": name, "namespace": self.cfg_ns},
-            "spec": spec,
-        }))?;
-        self.metallb(kind)
-            .create(&PostParams::default(), &obj)
-            .await
-            .with_context(|| format!("creating {kind} {name}"))?;
-        Ok(())
+        e2e::bench::create_metallb(self.lab, &self.cfg_ns, kind, name, spec).await
     }
 
     /// A ServiceAccount bound to cluster-admin (the same rights for both implementations)
     /// and a kubeconfig with its token; returns (kubeconfig, audit user).
     async fn account(&self, name: &str) -> Result<(PathBuf, String)> {
-        Api::<ServiceAccount>::namespaced(self.lab.client.clone(), &self.cfg_ns)
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": name}}))?,
-            )
-            .await?;
-        Api::<ClusterRoleBinding>::all(self.lab.client.clone())
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({
-                    "metadata": {"name": format!("bench:{}:{name}", self.cfg_ns)},
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-                    "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": self.cfg_ns}],
-                }))?,
-            )
-            .await?;
-        let user = format!("system:serviceaccount:{}:{name}", self.cfg_ns);
-        self.lab
-            .wait_allowed(&user, "patch", "services/status", None)
-            .await?;
-        let kc = self
-            .lab
-            .service_account_kubeconfig(&self.dir, &self.cfg_ns, name)
-            .await?;
-        Ok((kc, user))
+        e2e::bench::admin_account(self.lab, &self.cfg_ns, &self.dir, name).await
     }
 
     fn start_speaker(&mut self, n: usize) -> Result<()> {

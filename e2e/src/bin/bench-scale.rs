@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use e2e::bench::Impl as Kind;
 use e2e::{Audit, AuditFilter, Lab, NodeNetwork};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
@@ -774,27 +774,7 @@ async fn first_pass(
 }
 
 async fn account(lab: &Lab, ns: &str, dir: &Path, name: &str) -> Result<(PathBuf, String)> {
-    Api::<ServiceAccount>::namespaced(lab.client.clone(), ns)
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": name}}))?,
-        )
-        .await?;
-    Api::<ClusterRoleBinding>::all(lab.client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": format!("bench:{ns}:{name}")},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
-            }))?,
-        )
-        .await?;
-    let user = format!("system:serviceaccount:{ns}:{name}");
-    lab.wait_allowed(&user, "patch", "services/status", None)
-        .await?;
-    let kc = lab.service_account_kubeconfig(dir, ns, name).await?;
-    Ok((kc, user))
+    e2e::bench::admin_account(lab, ns, dir, name).await
 }
 
 fn writes_json(c: &e2e::AuditCount) -> Value {
