@@ -125,22 +125,32 @@ pub async fn wait_controller_manager(lab: &Lab) -> Result<Duration> {
     let name = format!("e2e-kcm-back-{}", std::process::id());
     let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
     loop {
-        match nsapi.create(&Default::default(), &ns).await {
-            Ok(_) => break,
-            Err(kube::Error::Api(s)) if s.code == 409 => break,
-            Err(e) => {
+        let r = tokio::time::timeout(
+            Duration::from_secs(5),
+            nsapi.create(&Default::default(), &ns),
+        )
+        .await;
+        match r {
+            Ok(Ok(_)) => break,
+            Ok(Err(kube::Error::Api(s))) if s.code == 409 => break,
+            Ok(Err(e)) => {
                 ensure!(
                     Instant::now() < deadline,
                     "creating namespace {name} after the API server restart: {e}"
                 );
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
+            Err(_) => ensure!(
+                Instant::now() < deadline,
+                "creating namespace {name}: no answer within 5 s, 120 s after the restart"
+            ),
         }
     }
     let sas =
         Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(lab.client.clone(), &name);
     let r = loop {
-        if matches!(sas.get_opt("default").await, Ok(Some(_))) {
+        let got = tokio::time::timeout(Duration::from_secs(5), sas.get_opt("default")).await;
+        if matches!(got, Ok(Ok(Some(_)))) {
             break Ok(started.elapsed());
         }
         if Instant::now() > deadline {
@@ -151,6 +161,10 @@ pub async fn wait_controller_manager(lab: &Lab) -> Result<Duration> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let _ = nsapi.delete(&name, &Default::default()).await;
+    let _ = tokio::time::timeout(
+        Duration::from_secs(5),
+        nsapi.delete(&name, &Default::default()),
+    )
+    .await;
     r
 }

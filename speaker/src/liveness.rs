@@ -85,12 +85,19 @@ impl Liveness {
     /// What this speaker publishes of its membership view (its
     /// ConfigurationState's `layer2Membership`, read by `metallbctl explain`):
     /// `None` with membership off.
+    /// Read on every turn of the loop: the set is borrowed, not cloned (only
+    /// up to 256 names are copied).
     pub fn report(&self) -> Option<Layer2Membership> {
-        let live = match &self.source {
-            Source::Published(rx) => rx.borrow().clone()?,
-            Source::Membership { live, .. } => live.borrow().clone(),
-        };
-        Some(Layer2Membership::of(&live, !self.joining, self.fenced()))
+        let (joined, fenced) = (!self.joining, self.fenced());
+        match &self.source {
+            Source::Published(rx) => rx
+                .borrow()
+                .as_ref()
+                .map(|live| Layer2Membership::of(live, joined, fenced)),
+            Source::Membership { live, .. } => {
+                Some(Layer2Membership::of(&live.borrow(), joined, fenced))
+            }
+        }
     }
 
     /// The set now (empty while fenced).
