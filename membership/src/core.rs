@@ -702,7 +702,8 @@ impl Core {
             return;
         };
         let name = down.id().name.clone();
-        if self.member(&name).is_some() {
+        // this node's own identity before a renewal (foca keeps it Down)
+        if name == self.cfg.name || self.member(&name).is_some() {
             return;
         }
         if self
@@ -819,7 +820,7 @@ impl Core {
 
     /// A datagram from `from`.
     pub fn handle_datagram(&mut self, from: SocketAddr, datagram: &[u8], now: u64) {
-        if self.left {
+        if self.left || from == self.cfg.addr {
             return;
         }
         self.clock(now);
@@ -1750,6 +1751,11 @@ impl Core {
     }
 
     fn push_send(&mut self, to: SocketAddr, kind: Kind, datagram: Vec<u8>) {
+        // foca keeps this node's identities from before a renewal as Down
+        // members, and announces to Down members: never to itself
+        if to == self.cfg.addr {
+            return;
+        }
         self.counters.sent[kind.index()] += 1;
         self.outputs.push(Output::Send { to, kind, datagram });
     }
