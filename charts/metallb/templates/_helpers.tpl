@@ -117,11 +117,6 @@ them as comments in the manifests (for `helm template`, Argo CD, Flux: no NOTES 
 {{- if $p.secureMetricsPort }}
 - prometheus.secureMetricsPort: ignored; the metrics are served over HTTPS on prometheus.metricsPort ({{ $p.metricsPort }}), not over plain HTTP as MetalLB's are.
 {{- end }}
-{{- with .Values.networkpolicies }}
-{{- if .enabled }}
-- networkpolicies.enabled: no NetworkPolicy is created; the controller and the speakers are not isolated.
-{{- end }}
-{{- end }}
 {{- with .Values.tls }}
 {{- if .cipherSuites }}
 - tls.cipherSuites: ignored; the metrics TLS uses its library's cipher suites.

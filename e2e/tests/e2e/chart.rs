@@ -286,6 +286,9 @@ async fn chart_passes_kubectl_apply_dry_run_server() -> Result<()> {
         "name: metallb-speaker-sa",
         "value: \"7947\"",
         "priorityClassName: \"system-node-critical\"",
+        // networkpolicies.enabled and defaultDeny: validated by the dry run below
+        "kind: NetworkPolicy",
+        "name: default-deny",
     ] {
         ensure!(
             upstream.contains(want),
@@ -413,7 +416,6 @@ async fn install_notes_name_the_ignored_values() -> Result<()> {
     for key in [
         "prometheus.rbacProxy:",
         "prometheus.secureMetricsPort:",
-        "networkpolicies.enabled:",
         "tls.cipherSuites:",
         "tls.curvePreferences:",
         "speaker.frr.*:",
@@ -423,6 +425,10 @@ async fn install_notes_name_the_ignored_values() -> Result<()> {
             "the NOTES do not name `{key}`:\n{notes}"
         );
     }
+    ensure!(
+        !notes.contains("\n- networkpolicies"),
+        "the NOTES warn about networkpolicies, which the chart honours:\n{notes}"
+    );
     let defaults = install_notes(&helm, &env.kubeconfig, &[])?;
     ensure!(
         !defaults.contains("WARNING") && !defaults.contains("\n- "),
