@@ -8,7 +8,8 @@
 //! Service logic over the pure allocator) while it holds the Lease, writing
 //! `status.loadBalancer.ingress`, the `metallb.io/ip-allocated-from-pool`
 //! annotation, MetalLB's events and the pools' status. Serves `/healthz` and
-//! `/readyz` (ready after the first full pass over the Services) on
+//! `/readyz` (ready after the first full pass over the Services, and once
+//! the webhook serves when it runs) on
 //! `--health-probe-port`, metrics on `--port` (HTTPS, authorised by the API
 //! server); exits 0 on SIGTERM/SIGINT, releasing the Lease.
 //!
@@ -232,6 +233,7 @@ async fn start_webhook(
     client: &Client,
     ns: &str,
     view: Arc<ClusterView>,
+    serving: Arc<AtomicBool>,
     stopped: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>> {
     use controller::webhook::rotator::{BGPPEER_CRD, Rotator, RotatorConfig};
@@ -297,6 +299,8 @@ async fn start_webhook(
             r = ready.wait_for(|r| *r) => if r.is_err() { return },
             () = stopped.clone() => return,
         }
+        // the listener is bound and the certificate in place: it answers
+        serving.store(true, std::sync::atomic::Ordering::Release);
         server.run(stopped).await;
     }));
     Ok(tasks)
@@ -336,6 +340,11 @@ async fn run(args: Args) -> Result<()> {
         daemon::metrics::server(&args.metrics, args.port, &client, registry).await?;
 
     let ready = Arc::new(AtomicBool::new(false));
+    // Ready only once the webhook serves, when it runs (upstream's
+    // StartedChecker): a rollout must not remove the old Pod from the
+    // webhook Service before the new one answers.
+    let webhook_serving = Arc::new(AtomicBool::new(false));
+    let webhook_enabled = args.webhook_mode != "disabled";
     let heartbeat = Arc::new(Heartbeat::new());
     let health_addr =
         std::net::SocketAddr::new(args.health_probe_bind_address, args.health_probe_port);
@@ -343,6 +352,11 @@ async fn run(args: Args) -> Result<()> {
         health_addr,
         Probes {
             ready: ready.clone(),
+            gates: if webhook_enabled {
+                vec![webhook_serving.clone()]
+            } else {
+                Vec::new()
+            },
             heartbeat: heartbeat.clone(),
             max_stall: args.liveness_max_stall,
         },
@@ -392,7 +406,6 @@ async fn run(args: Args) -> Result<()> {
     // What the controller reads: pools and communities of its namespace, the cluster's
     // Namespaces (label changes only) and Services, one watch each.
     const WATCHED: &str = "the cluster view watches it";
-    let webhook_enabled = args.webhook_mode != "disabled";
     let allocating = args.webhook_mode != "onlywebhook";
     let mut builder = ClusterView::builder(client.clone(), &ns);
     if allocating {
@@ -407,7 +420,15 @@ async fn run(args: Args) -> Result<()> {
     }
     let view = Arc::new(builder.start());
     let webhook_tasks = if webhook_enabled {
-        start_webhook(&args, &client, &ns, view.clone(), stopped()).await?
+        start_webhook(
+            &args,
+            &client,
+            &ns,
+            view.clone(),
+            webhook_serving.clone(),
+            stopped(),
+        )
+        .await?
     } else {
         Vec::new()
     };

@@ -55,8 +55,11 @@ impl Heartbeat {
 /// What the probes answer from.
 #[derive(Clone, Debug)]
 pub struct Probes {
-    /// `/readyz` is 200 once set.
+    /// `/readyz` is 200 once set and every one of `gates` is set too.
     pub ready: Arc<AtomicBool>,
+    /// More conditions of readiness (e.g. the controller's webhook serving,
+    /// as upstream's `StartedChecker`).
+    pub gates: Vec<Arc<AtomicBool>>,
     /// `/healthz` is 200 while this beat within `max_stall`.
     pub heartbeat: Arc<Heartbeat>,
     /// Longest time without a beat that is still healthy.
@@ -64,6 +67,11 @@ pub struct Probes {
 }
 
 impl Probes {
+    /// `ready` and every gate set.
+    pub fn ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire) && self.gates.iter().all(|g| g.load(Ordering::Acquire))
+    }
+
     fn live(&self) -> bool {
         self.heartbeat.age() <= self.max_stall
     }
@@ -148,7 +156,7 @@ pub async fn serve(listener: TcpListener, probes: Probes, shutdown: impl Future<
             () = &mut shutdown => return,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    let ready = probes.ready.load(Ordering::Acquire);
+                    let ready = probes.ready();
                     let live = probes.live();
                     if !live {
                         tracing::error!(stalled_for = ?probes.heartbeat.age(), "liveness probe failed: the reconcile loop is not turning");
@@ -210,8 +218,10 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let ready = Arc::new(AtomicBool::new(false));
         let heartbeat = Arc::new(Heartbeat::new());
+        let webhook = Arc::new(AtomicBool::new(false));
         let probes = Probes {
             ready: ready.clone(),
+            gates: vec![webhook.clone()],
             heartbeat: heartbeat.clone(),
             max_stall: Duration::from_millis(300),
         };
@@ -231,6 +241,9 @@ mod tests {
         assert!(get("/healthz").await.starts_with("HTTP/1.1 200 OK\r\n"));
         assert!(get("/readyz").await.starts_with("HTTP/1.1 503 "));
         ready.store(true, Ordering::Release);
+        // ready only once every gate is set too
+        assert!(get("/readyz").await.starts_with("HTTP/1.1 503 "));
+        webhook.store(true, Ordering::Release);
         let r = get("/readyz").await;
         assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
         assert!(r.ends_with("\r\n\r\nok\n"), "{r}");

@@ -46,6 +46,19 @@ pub struct RunningController {
     pub health: u16,
 }
 
+impl RunningController {
+    /// Waits (30 s) until `/readyz` answers 200.
+    pub async fn wait_ready(&mut self, name: &str) -> Result<()> {
+        wait_ready(&mut self.process, name, self.health).await
+    }
+
+    /// `/readyz`'s status line.
+    pub async fn readyz(&self) -> Result<String> {
+        let r = http_get(self.health, "/readyz").await?;
+        Ok(r.lines().next().unwrap_or_default().to_owned())
+    }
+}
+
 impl Lab {
     /// Creates the namespace, RBAC and ServiceAccount of a controller for `test`.
     pub async fn controller_setup(&self, test: &str) -> Result<ControllerSetup> {
@@ -187,7 +200,23 @@ impl ControllerSetup {
         extra: &[&str],
         kubeconfig: &std::path::Path,
     ) -> Result<RunningController> {
-        start_controller_process(
+        let mut running = self.spawn_as(name, extra, kubeconfig)?;
+        running.wait_ready(name).await?;
+        Ok(running)
+    }
+
+    /// [`Self::start`] without waiting for `/readyz`.
+    pub fn spawn(&self, name: &str, extra: &[&str]) -> Result<RunningController> {
+        self.spawn_as(name, extra, &self.kubeconfig)
+    }
+
+    fn spawn_as(
+        &self,
+        name: &str,
+        extra: &[&str],
+        kubeconfig: &std::path::Path,
+    ) -> Result<RunningController> {
+        spawn_controller_process(
             &self.bin,
             &self.dir,
             kubeconfig,
@@ -196,7 +225,6 @@ impl ControllerSetup {
             name,
             extra,
         )
-        .await
     }
 
     /// A second ServiceAccount `name` with the same RBAC (so the audit log tells
@@ -330,6 +358,22 @@ pub async fn start_controller_process(
     name: &str,
     extra: &[&str],
 ) -> Result<RunningController> {
+    let mut running =
+        spawn_controller_process(bin, dir, kubeconfig, namespace, lb_class, name, extra)?;
+    running.wait_ready(name).await?;
+    Ok(running)
+}
+
+/// [`start_controller_process`] without waiting for `/readyz`.
+pub fn spawn_controller_process(
+    bin: &std::path::Path,
+    dir: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    namespace: &str,
+    lb_class: &str,
+    name: &str,
+    extra: &[&str],
+) -> Result<RunningController> {
     let health = free_port()?;
     let health_s = health.to_string();
     let mut args = vec![
@@ -352,7 +396,7 @@ pub async fn start_controller_process(
     }
     args.extend_from_slice(extra);
     let kubeconfig = kubeconfig.to_str().context("kubeconfig path")?;
-    let mut process = Process::spawn(
+    let process = Process::spawn(
         bin,
         &args,
         &[
@@ -363,7 +407,6 @@ pub async fn start_controller_process(
         dir,
         name,
     )?;
-    wait_ready(&mut process, name, health).await?;
     Ok(RunningController { process, health })
 }
 

@@ -373,6 +373,7 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
         health_addr,
         Probes {
             ready: ready.clone(),
+            gates: Vec::new(),
             heartbeat: heartbeat.clone(),
             max_stall: args.liveness_max_stall,
         },
@@ -563,6 +564,7 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
         bgp_status,
         l2_status: l2_status.clone(),
         session_status: session_status.clone(),
+        sessions_down: Default::default(),
         announced: announced_metric.clone(),
         events: event_tx,
     };
@@ -1184,6 +1186,9 @@ struct Outputs {
     bgp_status: BgpStatusOutput,
     l2_status: StatusWriter<ServiceL2Status>,
     session_status: StatusWriter<BGPSessionStatus>,
+    /// Sessions whose last status handed to `session_status` was not
+    /// Established.
+    sessions_down: std::collections::BTreeSet<String>,
     announced: speaker::metrics::Announced,
     events: tokio::sync::mpsc::Sender<(ObjectReference, Note)>,
 }
@@ -1279,12 +1284,21 @@ impl Outputs {
             }
         }
         for (peer, status) in speaker.bgp().take_status_changes() {
-            let identity = Labels::from([(LABEL_PEER.to_owned(), peer)]);
+            let identity = Labels::from([(LABEL_PEER.to_owned(), peer.clone())]);
             match status {
-                Some(s) => self
-                    .session_status
-                    .set_labeled(identity, Desired::new(s).owner(self.owner.clone())),
-                None => self.session_status.remove_labeled(identity),
+                Some(s) => {
+                    let pace =
+                        speaker::bgp_speaker::status_pace(&mut self.sessions_down, &peer, &s);
+                    let mut desired = Desired::new(s).owner(self.owner.clone());
+                    if let Some(interval) = pace {
+                        desired = desired.min_interval(interval);
+                    }
+                    self.session_status.set_labeled(identity, desired)
+                }
+                None => {
+                    self.sessions_down.remove(&peer);
+                    self.session_status.remove_labeled(identity)
+                }
             }
         }
         let _ = &self.ns;

@@ -162,6 +162,7 @@ pub fn desired<E: Display>(
         status: from_result(component, result, now),
         labels: component.labels(),
         owner,
+        min_interval: None,
     }
 }
 

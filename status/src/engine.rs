@@ -1402,7 +1402,13 @@ impl<K: StatusObject> Engine<K> {
             Kind::Create(_) | Kind::Apply(_) | Kind::ApplyMetadata(_)
         ) && let Some(last) = entry.last_write
         {
-            let allowed = last + config.min_write_interval;
+            let interval = match &entry.want {
+                Want::Keep(d) => d.min_interval.map_or(config.min_write_interval, |i| {
+                    i.max(config.min_write_interval)
+                }),
+                _ => config.min_write_interval,
+            };
+            let allowed = last + interval;
             due = Some(due.map_or(allowed, |d| d.max(allowed)));
         }
         due

@@ -342,6 +342,13 @@ pub struct Desired<S> {
     /// Owner reference the object must have (e.g. the writing Pod); `None`
     /// leaves the owners alone.
     pub owner: Option<OwnerReference>,
+    /// At most one write of this object per this interval while this status
+    /// is wanted (changes within it are coalesced, the last one written),
+    /// when longer than the writer's `min_write_interval`: for statuses that
+    /// churn without news (e.g. a session down between connect attempts).
+    /// The status wanted next decides its own pace: one without it goes out
+    /// at the writer's pace.
+    pub min_interval: Option<std::time::Duration>,
 }
 
 impl<S> Desired<S> {
@@ -351,7 +358,14 @@ impl<S> Desired<S> {
             status,
             labels: BTreeMap::new(),
             owner: None,
+            min_interval: None,
         }
+    }
+
+    /// Sets [`Desired::min_interval`].
+    pub fn min_interval(mut self, interval: std::time::Duration) -> Self {
+        self.min_interval = Some(interval);
+        self
     }
 
     /// Adds a label.

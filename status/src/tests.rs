@@ -218,6 +218,42 @@ async fn a_burst_from_idle_writes_at_once_then_once_more_a_second_later() {
     );
 }
 
+/// A status wanted with a longer interval (a BGP session down, hopping
+/// between Connect and Active at each attempt) is written at most once per
+/// that interval; the next status wanted without it goes out at the
+/// writer's own pace.
+#[tokio::test]
+async fn a_status_with_a_longer_interval_is_written_at_that_pace() {
+    let h = Harness::<ServiceBGPStatus>::new();
+    h.api.insert(key("bgp-a"), bgp(&[]));
+    let slow = |s: MetalLBServiceBGPStatus| Desired::new(s).min_interval(Duration::from_secs(30));
+    h.writer.set_desired(key("bgp-a"), slow(bgp(&["down-0"])));
+    h.settle().await;
+    assert_eq!(h.api.writes(), 1, "the first change goes out at once");
+    // 25 changes 1 s apart: none written within the 30 s
+    for i in 1..=25 {
+        h.advance(1_000);
+        h.writer
+            .set_desired(key("bgp-a"), slow(bgp(&[&format!("down-{i}")])));
+        h.settle().await;
+    }
+    assert_eq!(h.api.writes(), 1, "coalesced for 30 s");
+    h.advance(5_000);
+    h.settle().await;
+    assert_eq!(h.api.writes(), 2, "the last one 30 s after the first");
+    assert_eq!(
+        h.api.object(&key("bgp-a")).unwrap().status,
+        bgp(&["down-25"])
+    );
+    // a status without the interval (the session Established) is not held
+    h.advance(1_000);
+    h.writer
+        .set_desired(key("bgp-a"), Desired::new(bgp(&["up"])));
+    h.settle().await;
+    assert_eq!(h.api.writes(), 3, "written at the writer's pace");
+    assert_eq!(h.api.object(&key("bgp-a")).unwrap().status, bgp(&["up"]));
+}
+
 impl<K: StatusObject> Harness<K> {
     fn clock_now(&self) -> std::time::Instant {
         use crate::Clock;

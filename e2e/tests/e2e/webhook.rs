@@ -140,22 +140,61 @@ async fn scenario(
     vwcs: &Api<ValidatingWebhookConfiguration>,
 ) -> Result<()> {
     let port_s = port.to_string();
-    let mut controller = setup
-        .start(
-            "controller",
-            &[
-                "--webhook-port",
-                &port_s,
-                "--webhook-bind-address",
-                "127.0.0.1",
-                "--cert-extra-names",
-                "127.0.0.1",
-            ],
-        )
-        .await?;
+    // Ready only once the webhook serves (upstream's StartedChecker): with a
+    // Secret it cannot replace (immutable, not a certificate), the controller
+    // allocates but its webhook does not serve, and /readyz says 503.
+    let secrets: Api<Secret> = Api::namespaced(lab.client.clone(), ns);
+    let blocker: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "metallb-webhook-cert", "namespace": ns},
+        "immutable": true,
+        "stringData": {"tls.crt": "not a certificate"},
+    }))?;
+    secrets
+        .create(&PostParams::default(), &blocker)
+        .await
+        .context("creating an immutable Secret in the rotator's way")?;
+    let mut controller = setup.spawn(
+        "controller",
+        &[
+            "--webhook-port",
+            &port_s,
+            "--webhook-bind-address",
+            "127.0.0.1",
+            "--cert-extra-names",
+            "127.0.0.1",
+        ],
+    )?;
+    wait_until(
+        "the controller's first certificate pass fails",
+        Duration::from_secs(30),
+        || async {
+            let log = controller.process.log_text();
+            if log.contains("webhook certificate pass failed") {
+                Ok(())
+            } else {
+                Err("not yet".to_string())
+            }
+        },
+    )
+    .await?;
+    // its loop is ready well within this (the other controller tests wait
+    // 1-3 s for /readyz); the webhook must keep it from saying so
+    for _ in 0..16 {
+        let line = controller.readyz().await?;
+        ensure!(
+            line.starts_with("HTTP/1.1 503 "),
+            "/readyz said {line:?} while the webhook cannot serve:\n{}",
+            controller.process.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    secrets
+        .delete("metallb-webhook-cert", &DeleteParams::default())
+        .await
+        .context("deleting the immutable Secret")?;
+    controller.wait_ready("controller").await?;
 
     // The certificate: in MetalLB's Secret, its CA in every caBundle.
-    let secrets: Api<Secret> = Api::namespaced(lab.client.clone(), ns);
     let ca = wait_until("the webhook Secret", Duration::from_secs(30), || async {
         let s = secrets
             .get_opt("metallb-webhook-cert")
