@@ -163,7 +163,7 @@ pub struct Outputs<A> {
 /// before it.
 struct Written {
     before: Option<String>,
-    object: KubeService,
+    object: Arc<KubeService>,
 }
 
 /// Why a pass stopped early.
@@ -499,7 +499,7 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
 
     /// The Service as last known: our own write (or a fresher read) when
     /// the store has not caught up with it yet.
-    fn current(&mut self, key: &str) -> Option<KubeService> {
+    fn current(&mut self, key: &str) -> Option<Arc<KubeService>> {
         let (ns, name) = key.split_once('/')?;
         let stored = self
             .inp
@@ -515,7 +515,7 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
             }
             self.written.remove(key);
         }
-        stored.map(|s| (*s).clone())
+        stored
     }
 
     async fn process(&mut self) -> Result<(), Stop> {
@@ -557,14 +557,10 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
     /// Every Service once: deleted ones first (they free addresses), then
     /// MetalLB's order (those with addresses first).
     async fn full_pass_once(&mut self) -> Result<(), Stop> {
-        let all: Vec<KubeService> = self
-            .inp
-            .services
-            .state()
-            .iter()
-            .map(|s| (**s).clone())
-            .collect();
-        let present: BTreeSet<String> = all.iter().map(service::key_of).collect();
+        // the store's Arcs: no Service is copied (at 100k Services a deep
+        // copy of each was most of a full pass's memory)
+        let all: Vec<Arc<KubeService>> = self.inp.services.state();
+        let present: BTreeSet<String> = all.iter().map(|s| service::key_of(s)).collect();
         let mut keys: Vec<String> = self
             .services
             .allocator()
@@ -574,7 +570,7 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
             .collect();
         keys.sort();
         keys.extend(
-            service::reprocess_order(all.iter())
+            service::reprocess_order(all.iter().map(|s| s.as_ref()))
                 .into_iter()
                 .map(service::key_of),
         );
@@ -597,7 +593,7 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
         }
         let svc = self.current(key);
         let svc = svc.filter(|s| service::handles_class(s, &self.out.lb_class));
-        let outcome = self.services.sync(key, svc.as_ref());
+        let outcome = self.services.sync(key, svc.as_deref());
         match outcome.state {
             SyncState::ReprocessAll => self.full_pass = true,
             SyncState::ErrorNoRetry => self.out.metrics.update_error(),
@@ -641,7 +637,7 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
                     key.to_owned(),
                     Written {
                         before: self.stored_version(key),
-                        object,
+                        object: Arc::new(object),
                     },
                 );
                 self.retries.succeeded(&key.to_owned());
@@ -741,7 +737,7 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
                     key.to_owned(),
                     Written {
                         before: self.stored_version(key),
-                        object: fresh,
+                        object: Arc::new(fresh),
                     },
                 );
             }
