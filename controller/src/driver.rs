@@ -88,8 +88,8 @@ pub struct Timing {
     pub deferred_pass: Duration,
     /// Pause after a configuration change, to let a burst settle.
     pub settle: Duration,
-    /// Longest wait for the fresh list a new term starts from (then tried
-    /// again while the term lasts).
+    /// How often a new term waiting for its fresh list checks that it still
+    /// leads (and says it is waiting); the list goes on meanwhile.
     pub relist_timeout: Duration,
     /// How many full passes may follow each other before the loop defers the
     /// next one by `deferred_pass` (a pass that keeps asking for another one
@@ -343,19 +343,29 @@ impl<C: ServiceChanges, A: ServiceApi> Driver<C, A> {
             term,
             "leading: waiting for a fresh list of the Services before allocating"
         );
-        if tokio::time::timeout(
-            self.timing.relist_timeout,
-            self.inp.service_changes.relist(),
-        )
-        .await
-        .is_err()
-        {
-            tracing::warn!(
-                term,
-                timeout = ?self.timing.relist_timeout,
-                "no fresh list of the Services in time; trying again"
-            );
-            return;
+        // The list goes on as long as the term lasts: asking again would
+        // restart the watch and cut the list in progress (at 100k Services
+        // a list may take longer than `relist_timeout`).
+        let started = tokio::time::Instant::now();
+        let relist = self.inp.service_changes.relist();
+        tokio::pin!(relist);
+        loop {
+            tokio::select! {
+                () = &mut relist => break,
+                () = tokio::time::sleep(self.timing.relist_timeout) => {
+                    // waiting on the API server is not a wedged loop
+                    self.out.heartbeat.beat();
+                    if !self.inp.leader.borrow().leads(term, now()) {
+                        tracing::warn!(term, "the lease term ended before the list came");
+                        return;
+                    }
+                    tracing::warn!(
+                        term,
+                        waited = ?started.elapsed(),
+                        "still waiting for the list of the Services (the API server away, or a large cluster); it goes on"
+                    );
+                }
+            }
         }
         // The term may have ended while listing.
         if !self.inp.leader.borrow().leads(term, now()) {

@@ -771,6 +771,60 @@ async fn a_new_term_waits_for_a_fresh_list_before_the_first_pass() {
     assert_eq!(ingress(&h.api.object("ns/z")), ["198.51.100.0"]);
 }
 
+/// A list that takes longer than `relist_timeout` (100k Services) is waited
+/// for while the term lasts, not asked for again: each new request restarted
+/// the watch and cut the list in progress, so a new leader of a large
+/// cluster never allocated (issue 25 item 6).
+#[tokio::test(start_paused = true)]
+async fn a_slow_list_is_waited_for_not_asked_again() {
+    let h = start(Setup {
+        server: vec![with_ingress(lb("x", 2), "198.51.100.2"), lb("z", 4)],
+        store: Some(vec![lb("x", 1)]),
+        fresh_relist: true,
+        gate_open: false,
+        leader: Leadership::default(),
+        ..Setup::default()
+    });
+    h.run_for(Duration::from_secs(1)).await;
+    h.leader.send_replace(leading(1, Duration::from_secs(3600)));
+    h.run_for(Duration::from_secs(100)).await;
+    assert_eq!(
+        *h.relists.lock().unwrap(),
+        1,
+        "the list in progress was asked for again"
+    );
+    assert!(h.api.writes().is_empty(), "{:?}", h.api.calls());
+    h.gate.send_replace(true);
+    h.run_for(Duration::from_secs(1)).await;
+    assert_eq!(h.api.writes(), [("ns/z".to_owned(), Some("4".to_owned()))]);
+    assert_eq!(*h.relists.lock().unwrap(), 1);
+}
+
+/// The term ends while its list is still coming: nothing is written, and the
+/// next term asks for a list of its own.
+#[tokio::test(start_paused = true)]
+async fn a_term_that_ends_while_listing_writes_nothing() {
+    let h = start(Setup {
+        server: vec![lb("z", 4)],
+        store: Some(vec![]),
+        fresh_relist: true,
+        gate_open: false,
+        leader: Leadership::default(),
+        ..Setup::default()
+    });
+    h.run_for(Duration::from_secs(1)).await;
+    h.leader.send_replace(leading(1, Duration::from_secs(40)));
+    h.run_for(Duration::from_secs(45)).await;
+    h.leader.send_replace(Leadership::default());
+    h.gate.send_replace(true);
+    h.run_for(Duration::from_secs(5)).await;
+    assert!(h.api.writes().is_empty(), "{:?}", h.api.calls());
+    h.leader.send_replace(leading(2, Duration::from_secs(3600)));
+    h.run_for(Duration::from_secs(1)).await;
+    assert_eq!(*h.relists.lock().unwrap(), 2);
+    assert_eq!(h.api.writes(), [("ns/z".to_owned(), Some("4".to_owned()))]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn two_leaders_terms_interleaved_never_give_one_address_twice() {
     // A leads and allocates p and q; then the Lease goes to B, whose store
