@@ -212,6 +212,9 @@ pub struct Counters {
     pub send_too_large: u64,
 }
 
+/// Seeds a join contacts at most (each answers with its whole state).
+pub const JOIN_FANOUT: usize = 3;
+
 /// foca's runtime: collects what foca asks for.
 #[derive(Default)]
 struct Collect {
@@ -327,6 +330,8 @@ pub struct Core {
     foca: Foca<NodeId, SwimCodec, StdRng, NoCustomBroadcast>,
     framer: Framer,
     rng: StdRng,
+    /// Where the next join starts in the (sorted) seeds.
+    join_cursor: Option<usize>,
     runtime: Collect,
     timers: BTreeMap<(u64, u64), Timer<NodeId>>,
     timer_seq: u64,
@@ -524,6 +529,7 @@ impl Core {
             foca,
             framer: Framer::new(key, nonce_prefix),
             rng,
+            join_cursor: None,
             runtime: Collect::default(),
             timers: BTreeMap::new(),
             timer_seq: 0,
@@ -650,14 +656,37 @@ impl Core {
         self.peers = peers.into_iter().filter(|a| *a != self.cfg.addr).collect();
     }
 
-    /// Announces this node to seed addresses (speaker Pod IPs); their
-    /// names are learned from the answers.
+    /// Announces this node to seed addresses (speaker Pod IPs), at most
+    /// [`JOIN_FANOUT`] of them picked at random, and asks those for their
+    /// whole state; their names are learned from the answers, everybody
+    /// else from that state and foca's gossip. Asking every seed made a
+    /// joining node pull the whole cluster's state from each member: about
+    /// a million datagrams into one node at 5,000 members (issue 25 item
+    /// 5). Called again (the edge's rejoin tick), it picks others.
     pub fn join(&mut self, seeds: &[SocketAddr], now: u64) {
         self.clock(now);
-        for seed in seeds {
-            if *seed == self.cfg.addr {
-                continue;
-            }
+        let seeds: Vec<SocketAddr> = seeds
+            .iter()
+            .filter(|seed| **seed != self.cfg.addr)
+            .copied()
+            .collect::<BTreeSet<SocketAddr>>()
+            .into_iter()
+            .collect();
+        // the next few in turn from a random start: every seed is asked
+        // within len / JOIN_FANOUT calls, and joiners spread their asks
+        let start = *self.join_cursor.get_or_insert_with(|| {
+            // from the name, not the rng: the start differs per node, and
+            // the rest of the protocol's random draws stay as they were
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            self.cfg.name.hash(&mut h);
+            h.finish() as usize
+        });
+        let picked: Vec<SocketAddr> = (0..JOIN_FANOUT.min(seeds.len()))
+            .map(|k| seeds[start.wrapping_add(k) % seeds.len()])
+            .collect();
+        self.join_cursor = Some(start.wrapping_add(picked.len()));
+        for seed in &picked {
             let result = self.foca.announce(NodeId::seed(*seed), &mut self.runtime);
             self.after_foca(result, now);
             // and ask for the seed's whole state

@@ -229,6 +229,9 @@ struct Task {
     metrics: Option<Metrics>,
 }
 
+/// How often a node that no member has answered yet asks other seeds.
+const ALONE_REJOIN: Duration = Duration::from_secs(1);
+
 impl Task {
     fn now(&self) -> u64 {
         u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
@@ -244,6 +247,11 @@ impl Task {
         let mut rejoin = tokio::time::interval(self.rejoin_interval);
         rejoin.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         rejoin.tick().await;
+        // A join asks a few seeds only: while none has answered (seeds
+        // listed but not running yet), others are asked every second.
+        let mut alone = tokio::time::interval(ALONE_REJOIN);
+        alone.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        alone.tick().await;
         loop {
             let deadline = self
                 .core
@@ -296,6 +304,7 @@ impl Task {
                     }
                 }
                 _ = rejoin.tick() => self.join_non_members(),
+                _ = alone.tick(), if self.core.live().len() <= 1 => self.join_non_members(),
             }
             let now = self.now();
             if self.core.next_deadline().is_some_and(|at| at <= now) {

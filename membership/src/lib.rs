@@ -17,7 +17,7 @@ pub mod identity;
 pub mod metrics;
 pub mod wire;
 
-pub use crate::core::{Config, Core, Counters, Event, Output};
+pub use crate::core::{Config, Core, Counters, Event, JOIN_FANOUT, Output};
 pub use crate::edge::{EdgeConfig, Membership, StartError};
 pub use crate::identity::NodeId;
 pub use crate::metrics::Metrics;

@@ -346,3 +346,28 @@ async fn a_udp_flood_does_not_stop_the_timers() {
     );
     drop(c);
 }
+
+/// A join asks a few seeds at a time: with the one live member hidden among
+/// seeds that answer nothing (Pods listed, speakers not running), a node
+/// that no member answered asks others every second, and joins within
+/// seconds, not at the next rejoin (60 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_among_silent_seeds_finds_the_live_one() {
+    let _serial = SERIAL.lock().await;
+    let a = start("node-a", vec![], None).await;
+    // bound sockets that never answer
+    let silent: Vec<std::net::UdpSocket> = (0..20)
+        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let mut seeds: Vec<SocketAddr> = silent.iter().map(|s| s.local_addr().unwrap()).collect();
+    seeds.push(a.local_addr());
+    let started = Instant::now();
+    let b = start("node-b", seeds, None).await;
+    let live = b.live();
+    wait_for("node-b joins node-a", Duration::from_secs(15), || {
+        live.borrow().len() == 2
+    })
+    .await;
+    println!("joined after {:?}", started.elapsed());
+    drop(silent);
+}

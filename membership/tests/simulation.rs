@@ -863,30 +863,40 @@ fn a_fence_check_pings_a_sample() {
 /// within 500 ms (`killed_owner_declared_down_2`).
 #[test]
 fn with_two_speakers_a_short_loss_moves_nothing() {
-    for (seed, loss) in [
-        (100, 350 * MS),
-        (101, 300 * MS),
-        (102, 330 * MS),
-        (105, 340 * MS),
-    ] {
-        let mut sim = watched_cluster(2, seed);
-        let cut_at = sim.now;
-        sim.cut(0, 1);
-        sim.run_for(loss);
-        assert!(
-            !sim.nodes[1].core.heartbeat_up(&name(0)),
-            "seed {seed}: a real loss"
-        );
-        sim.heal();
-        sim.run_for(3 * SEC);
-        assert!(
-            sim.first_event(1, cut_at, |e| owner_down(e, &name(0)))
-                .is_none(),
-            "seed {seed}: a {} ms loss moved the addresses",
-            loss / MS
-        );
-        assert!(sim.nodes[1].core.live().contains(&name(0)));
+    // 300 ms (3 heartbeats) over 60 seeds: nothing moves. At 350 ms the
+    // loss can outlast detection plus the 200 ms direct confirmation (the
+    // heartbeat lost late in its jitter): measured, not asserted (24 of the
+    // 60 seeds move; the test asserted 4 seeds that happened not to; issue
+    // 24 item 4 is open).
+    let mut moved_350 = 0;
+    for seed in 100..160u64 {
+        for loss in [300 * MS, 350 * MS] {
+            let mut sim = watched_cluster(2, seed);
+            let cut_at = sim.now;
+            sim.cut(0, 1);
+            sim.run_for(loss);
+            assert!(
+                !sim.nodes[1].core.heartbeat_up(&name(0)),
+                "seed {seed}: a real loss"
+            );
+            sim.heal();
+            sim.run_for(3 * SEC);
+            let moved = sim
+                .first_event(1, cut_at, |e| owner_down(e, &name(0)))
+                .is_some();
+            if loss == 350 * MS {
+                moved_350 += usize::from(moved);
+                continue;
+            }
+            assert!(
+                !moved,
+                "seed {seed}: a {} ms loss moved the addresses",
+                loss / MS
+            );
+            assert!(sim.nodes[1].core.live().contains(&name(0)));
+        }
     }
+    println!("a 350 ms loss moved the addresses in {moved_350} of 60 seeds");
 }
 
 /// Issue 24 item 4: an owner that stalls again and again (a CPU stall of
@@ -965,4 +975,58 @@ fn a_restarted_owner_is_not_damped() {
             "round {round}: watched again"
         );
     }
+}
+
+/// A restarted speaker joins with every speaker Pod as a seed (the edge
+/// passes them all): it asks at most JOIN_FANOUT of them for their whole
+/// state, not every member (about a million datagrams into one node at
+/// 5,000 members before), and is still back in every view within seconds.
+#[test]
+fn a_join_asks_a_few_seeds_not_every_member() {
+    let n = 60;
+    let mut sim = Sim::new(n, Some(SECRET), 77, |_| {});
+    sim.converge(60 * SEC);
+    let j = n - 1;
+    sim.kill(j);
+    sim.run_for(10 * SEC);
+    sim.restart_unjoined(j, 5_000, Some(SECRET));
+    sim.record = Some(Vec::new());
+    let now = sim.now;
+    let seeds: Vec<_> = (0..n).map(addr).collect();
+    sim.nodes[j].core.join(&seeds, now);
+    sim.flush(j);
+    sim.run_for(300 * MS);
+    let record = sim.record.take().unwrap();
+    let asked: BTreeSet<usize> = record
+        .iter()
+        .filter(|(from, _, kind, _)| *from == j && *kind == Kind::Sync)
+        .map(|(_, to, _, _)| *to)
+        .collect();
+    let answered: BTreeSet<usize> = record
+        .iter()
+        .filter(|(_, to, kind, _)| *to == j && *kind == Kind::Sync)
+        .map(|(from, _, _, _)| *from)
+        .collect();
+    let into_joiner = record.iter().filter(|(_, to, _, _)| *to == j).count();
+    println!(
+        "n={n}: state asked of {} seeds, answered by {}, {into_joiner} datagrams into the joiner in 300 ms",
+        asked.len(),
+        answered.len()
+    );
+    assert!(asked.len() <= 3, "asked {} seeds", asked.len());
+    assert!(answered.len() <= 3 + 1, "{answered:?}");
+    let start = sim.now;
+    let mut whole = None;
+    for _ in 0..100 {
+        sim.run_for(100 * MS);
+        if sim.nodes.iter().all(|node| node.core.live().len() == n) {
+            whole = Some(sim.now - start);
+            break;
+        }
+    }
+    let whole = whole.expect("every view whole within 10 s of the join");
+    println!(
+        "every view whole {} ms after the join",
+        (whole + 300 * MS) / MS
+    );
 }
