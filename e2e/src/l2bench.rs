@@ -271,9 +271,9 @@ impl<'a> L2Lab<'a> {
     }
 
     /// The account, the memberlist key, a Running Pod per node (its `podIP` the node's
-    /// address), the pool (`plan::POOL_V4`), an L2Advertisement, a route to the pool in
-    /// the client, one Service per address in `ips` (its endpoint on node `1 + i % N`),
-    /// then a speaker per node.
+    /// address), the pool (`plan::POOL_V4` and `plan::POOL_V6`), an L2Advertisement,
+    /// routes to the pool in the client, one Service per address in `ips` (IPv4 or IPv6,
+    /// its endpoint on node `1 + i % N`), then a speaker per node.
     pub async fn deploy(&mut self, ips: &[String]) -> Result<()> {
         self.account().await?;
         // MetalLB's memberlist Secret: 22 base64 characters.
@@ -307,16 +307,21 @@ impl<'a> L2Lab<'a> {
         self.create_metallb(
             "IPAddressPool",
             "pool",
-            json!({"addresses": [plan::POOL_V4]}),
+            json!({"addresses": [plan::POOL_V4, plan::POOL_V6]}),
         )
         .await?;
         self.create_metallb("L2Advertisement", "l2", json!({}))
             .await?;
         let client = self.net.net.client();
-        client.ip(&["route", "add", "198.51.100.0/24", "dev", &self.client_if])?;
+        client.ip(&["route", "add", plan::POOL_V4, "dev", &self.client_if])?;
+        client.ip(&["-6", "route", "add", plan::POOL_V6, "dev", &self.client_if])?;
         for (i, ip) in ips.iter().enumerate() {
-            self.create_service(&format!("svc-{i}"), ip, 1 + i % self.nodes)
-                .await?;
+            let name = if ip.contains(':') {
+                format!("svc6-{i}")
+            } else {
+                format!("svc-{i}")
+            };
+            self.create_service(&name, ip, 1 + i % self.nodes).await?;
         }
         for n in 1..=self.nodes {
             self.start_speaker(n)?;
@@ -403,13 +408,18 @@ impl<'a> L2Lab<'a> {
         lines[lines.len().saturating_sub(30)..].join("\n")
     }
 
-    async fn create_slice(&self, name: &str, node: usize) -> Result<()> {
+    async fn create_slice(&self, name: &str, node: usize, v6: bool) -> Result<()> {
+        let (family, addr) = if v6 {
+            ("IPv6", plan::node_v6(node).to_string())
+        } else {
+            ("IPv4", plan::node_v4(node).to_string())
+        };
         let slice: EndpointSlice = serde_json::from_value(json!({
             "metadata": {"generateName": format!("{name}-"), "namespace": self.svc_ns,
                          "labels": {"kubernetes.io/service-name": name,
                                     "endpointslice.kubernetes.io/managed-by": "bench-l2.metallb-rs.io"}},
-            "addressType": "IPv4",
-            "endpoints": [{"addresses": [plan::node_v4(node).to_string()],
+            "addressType": family,
+            "endpoints": [{"addresses": [addr],
                            "conditions": {"ready": true, "serving": true, "terminating": false},
                            "nodeName": plan::node_name(node)}],
             "ports": [{"name": "tcp-80", "protocol": "TCP", "port": 8080}],
@@ -422,18 +432,25 @@ impl<'a> L2Lab<'a> {
     }
 
     /// A LoadBalancer Service with `ip` as its ingress (the controller's write, done
-    /// here: no controller runs).
+    /// here: no controller runs); single-stack IPv6 (a cluster IP from the lab's IPv6
+    /// range, an IPv6 EndpointSlice) when `ip` is an IPv6 address.
     pub async fn create_service(&self, name: &str, ip: &str, node: usize) -> Result<()> {
+        let v6 = ip.parse::<std::net::IpAddr>()?.is_ipv6();
         let api = Api::<Service>::namespaced(self.lab.client.clone(), &self.svc_ns);
+        let mut spec = json!({"type": "LoadBalancer", "selector": {"app": name},
+                 "ports": [{"name": "tcp-80", "protocol": "TCP", "port": 80, "targetPort": 8080}]});
+        if v6 {
+            spec["ipFamilyPolicy"] = json!("SingleStack");
+            spec["ipFamilies"] = json!(["IPv6"]);
+        }
         let svc: Service = serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": self.svc_ns},
-            "spec": {"type": "LoadBalancer", "selector": {"app": name},
-                     "ports": [{"name": "tcp-80", "protocol": "TCP", "port": 80, "targetPort": 8080}]},
+            "spec": spec,
         }))?;
         api.create(&PostParams::default(), &svc)
             .await
             .with_context(|| format!("Service {name}"))?;
-        self.create_slice(name, node).await?;
+        self.create_slice(name, node, v6).await?;
         api.patch_status(
             name,
             &PatchParams::default(),

@@ -262,6 +262,55 @@ pub fn drop_local_udp(ns: &Netns, port: u16) -> Result<Cut> {
     Ok(cut)
 }
 
+/// Drops `percent` % of the UDP datagrams to `port` that leave `ns` through
+/// `ifname`, at random (`numgen random`), silently (a `netdev` egress hook,
+/// as a cut: the sender sees success). Put on both ends of a pair, each
+/// direction loses `percent` %. For a lossy membership protocol (7946).
+pub fn lose_udp(ns: &Netns, ifname: &str, port: u16, percent: u8) -> Result<Cut> {
+    ensure!(
+        (1..=100).contains(&percent),
+        "a loss of {percent} %: 1 to 100"
+    );
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let mut cut = new_cut(
+        ns,
+        "netdev",
+        format!(
+            "{percent} % of UDP to port {port} out of {ifname} in {}",
+            ns.name()
+        ),
+    );
+    let chain = netdev_chain(ns, "egress", ifname)?;
+    // Counted: all of them, then the dropped ones ([`loss_counters`]).
+    for rule in [
+        format!("meta l4proto udp udp dport {port} counter"),
+        format!("meta l4proto udp udp dport {port} numgen random mod 100 < {percent} counter drop"),
+    ] {
+        let h = add_rule(ns, "netdev", &chain, &rule, id)?;
+        cut.rules.push((chain.clone(), h));
+    }
+    Ok(cut)
+}
+
+/// (seen, dropped) packets of a [`lose_udp`] cut so far, from its rules' counters.
+pub fn loss_counters(cut: &Cut) -> Result<(u64, u64)> {
+    ensure!(cut.rules.len() == 2, "not a lose_udp cut: {}", cut.what);
+    let chain = &cut.rules[0].0;
+    let out = cut
+        .ns
+        .run("nft", &["-a", "list", "chain", "netdev", TABLE, chain])?;
+    let count = |handle: u64| -> Result<u64> {
+        let line = out
+            .lines()
+            .find(|l| l.trim_end().ends_with(&format!("# handle {handle}")))
+            .with_context(|| format!("no rule with handle {handle} in: {out}"))?;
+        line.split_once("counter packets ")
+            .and_then(|(_, r)| r.split_whitespace().next()?.parse().ok())
+            .with_context(|| format!("no counter in: {line}"))
+    };
+    Ok((count(cut.rules[0].1)?, count(cut.rules[1].1)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,28 +3,42 @@
 //! on the same lab, nodes, Services and faults.
 //!
 //! For each implementation (ours without and, with `--fence`, with `--ml-self-fence`;
-//! MetalLB) it brings up N speakers with membership as deployed and a few L2 Services
-//! ([`e2e::l2bench::L2Lab`]), then runs a prober in the client namespace for the
-//! whole run: a thread in that namespace with an `AF_PACKET` socket that every 20 ms
-//! sends one ARP request per Service address and records, per address and 20 ms slot,
-//! EVERY node MAC that answered or claimed the address in that slot (replies, and
-//! gratuitous ARP). A slot with no MAC is dark; one with two or more distinct MACs is
-//! double. A slot whose requests did not go out (the prober was late) is unprobed and
-//! counted in neither.
+//! MetalLB) it brings up N speakers with membership as deployed and L2 Services, IPv4
+//! and IPv6 ones (single-stack each, one address each: [`e2e::l2bench::L2Lab`]), then
+//! runs a prober in the client namespace for the whole run: a thread in that namespace
+//! with two `AF_PACKET` sockets that every 20 ms sends one ARP request per IPv4 address
+//! and one Neighbor Solicitation (to the solicited-node group, as a resolving host
+//! does) per IPv6 address, and records, per address and 20 ms slot, EVERY node MAC
+//! that answered or claimed the address in that slot (ARP replies and gratuitous ARP;
+//! Neighbor Advertisements, solicited or not). A slot with no MAC is dark; one with two
+//! or more distinct MACs is double. A slot whose requests did not go out (the prober
+//! was late) is unprobed and counted in neither. Figures are per family.
 //!
 //! Faults (the owner is the node answering 198.51.100.90, the successor the next node
 //! in the election's order for it), each `--rounds` times, with the speakers settled
 //! (every address answered by one node for 3 s) before each round:
 //! - `quiet`: nothing for 10 s (the prober's noise floor);
+//! - `sabotage` (not in the default list: the prober's own check): for 5 s a node other
+//!   than its owner holds 198.51.100.90, and one other than its owner the first IPv6
+//!   address, on its interface (its kernel answers ARP / NS for it): both must count
+//!   about 5 s double, else the prober cannot see two answers;
 //! - `restart-api-away`: the API server SIGSTOPped, the owner's speaker SIGKILLed and
 //!   started again at once, the API server continued 15 s later (issue 24 item 1);
+//! - `restart-api-killed`: the same with the API server SIGKILLed (connection refused)
+//!   and started again 15 s later with its own command line (`e2e::apiserver`);
 //! - `partition`: the owner's UDP port 7946 dropped (in and out) for 15 s, its clients
 //!   still reach it (item 2);
 //! - `stall`: the owner's speaker SIGSTOPped for 0.6 s, 5 times 5 s apart (item 4);
 //! - `watcher-flap`: the successor's cable cut for 2 s (item 3: nothing should move);
 //! - `long-cut`: the owner's cable cut for 20 s, then restored (item 5: the rejoin);
 //! - `flood`: 10 s of UDP datagrams (64 bytes of garbage) to the owner's port 7946 from
-//!   the client namespace at `--flood-rate` per second (item 6).
+//!   the client namespace at `--flood-rate` per second (item 6);
+//! - `two-speakers-loss`: in a lab of its own with only two speakers, 5 % of the UDP
+//!   datagrams to port 7946 dropped at random for 60 s as they leave each node
+//!   (nftables in the node namespaces: each direction loses 5 %); nothing should move.
+//!
+//! A speaker that exits during an API server fault is started again at once (the
+//! kubelet's part, without its back-off), counted in `speaker_restarts`.
 //!
 //! Each round is measured from the fault to `--post` seconds after it is undone: per
 //! address ms dark, ms double, owner changes (a change of the one answering node), the
@@ -33,7 +47,7 @@
 //! bounded.
 
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -41,8 +55,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use arp_ndp::packet::{ArpFrame, ArpOp, ETHERTYPE_ARP, MacAddr};
+use arp_ndp::packet::{
+    ArpFrame, ArpOp, ETHERTYPE_ARP, ETHERTYPE_IPV6, ICMPV6_NEIGHBOR_ADVERTISEMENT, IPPROTO_ICMPV6,
+    MacAddr, NeighborAdvertisement, NeighborSolicitation,
+};
 use e2e::Lab;
+use e2e::apiserver::{ApiServer, wait_api};
 use e2e::bench::Impl as Kind;
 use e2e::l2bench::{L2Lab, hash_order, with_service_cidr};
 use netsys::packet::{PacketSocket, SockFilter};
@@ -52,7 +70,8 @@ use testkit::process::{Signal, kill_pid};
 
 const USAGE: &str = "\
 usage: bench-l2-faults [--impl ours|metallb|both] [--fence | --ml-self-fence]
-                       [--speakers N] [--services N] [--rounds R] [--faults LIST]
+                       [--speakers N] [--services N] [--services6 N] [--rounds R]
+                       [--faults LIST]
                        [--post SECS] [--flood-rate N] [--ours-bin DIR]
                        [--metallb-bin DIR] [--out FILE]
 
@@ -62,9 +81,12 @@ MetalLB's speaker with memberlist as the anchor in the same run:
   --fence          ours twice: without, then with --ml-self-fence
   --ml-self-fence  ours with --ml-self-fence only
   --speakers N     speakers (default 3, 2 to 8)
-  --services N     L2 Services, one address each (default 12, 2 to 50)
+  --services N     IPv4 L2 Services, one address each (default 12, 2 to 50)
+  --services6 N    IPv6 L2 Services, one address each (default 12, 0 to 50)
   --rounds R       rounds of each fault (default 3)
-  --faults LIST    default quiet,restart-api-away,partition,stall,watcher-flap,long-cut,flood
+  --faults LIST    default quiet,restart-api-away,restart-api-killed,partition,stall,
+                   watcher-flap,long-cut,flood,two-speakers-loss (also: sabotage, the
+                   prober's check); two-speakers-loss runs in a 2-speaker lab of its own
   --post SECS      measured after each fault is undone (default 20)
   --flood-rate N   datagrams per second of the flood (default 20000, at most 50000)
   --ours-bin       directory of our speaker (default $CARGO_TARGET_DIR/release, else
@@ -77,6 +99,15 @@ const SERVICE_CIDR: &str = "bench-l2-faults";
 const SERVICE_CIDR_RANGE: &str = "198.18.176.0/20";
 /// The address whose owner is faulted.
 const PROBE: &str = "198.51.100.90";
+/// The first IPv6 address (the pool is `plan::POOL_V6`, 2001:db8:100::/120).
+const PROBE6: &str = "2001:db8:100::90";
+/// How long the API server stays away (`restart-api-*`).
+const API_AWAY: Duration = Duration::from_secs(15);
+/// `two-speakers-loss`: the loss and how long it lasts.
+const LOSS_PERCENT: u8 = 5;
+const LOSS_FOR: Duration = Duration::from_secs(60);
+/// `sabotage`: how long a second node holds the addresses.
+const SABOTAGE_FOR: Duration = Duration::from_secs(5);
 /// The prober's period: one request per address per slot.
 const SLOT: Duration = Duration::from_millis(20);
 const SLOT_MS: u64 = 20;
@@ -93,34 +124,51 @@ const FLOOD_PAYLOAD: usize = 64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fault {
     Quiet,
+    Sabotage,
     RestartApiAway,
+    RestartApiKilled,
     Partition,
     Stall,
     WatcherFlap,
     LongCut,
     Flood,
+    TwoSpeakersLoss,
 }
 
-const ALL_FAULTS: [Fault; 7] = [
+const ALL_FAULTS: [Fault; 10] = [
     Fault::Quiet,
+    Fault::Sabotage,
     Fault::RestartApiAway,
+    Fault::RestartApiKilled,
     Fault::Partition,
     Fault::Stall,
     Fault::WatcherFlap,
     Fault::LongCut,
     Fault::Flood,
+    Fault::TwoSpeakersLoss,
 ];
 
 impl Fault {
     fn name(self) -> &'static str {
         match self {
             Fault::Quiet => "quiet",
+            Fault::Sabotage => "sabotage",
             Fault::RestartApiAway => "restart-api-away",
+            Fault::RestartApiKilled => "restart-api-killed",
             Fault::Partition => "partition",
             Fault::Stall => "stall",
             Fault::WatcherFlap => "watcher-flap",
             Fault::LongCut => "long-cut",
             Fault::Flood => "flood",
+            Fault::TwoSpeakersLoss => "two-speakers-loss",
+        }
+    }
+
+    /// The speakers its lab has: `two-speakers-loss` 2, the others `--speakers`.
+    fn speakers(self, default: usize) -> usize {
+        match self {
+            Fault::TwoSpeakersLoss => 2,
+            _ => default,
         }
     }
 
@@ -153,6 +201,7 @@ struct Opts {
     variants: Vec<Variant>,
     speakers: usize,
     services: usize,
+    services6: usize,
     rounds: usize,
     faults: Vec<Fault>,
     post: Duration,
@@ -170,8 +219,12 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
         variants: Vec::new(),
         speakers: 3,
         services: 12,
+        services6: 12,
         rounds: 3,
-        faults: ALL_FAULTS.to_vec(),
+        faults: ALL_FAULTS
+            .into_iter()
+            .filter(|f| *f != Fault::Sabotage)
+            .collect(),
         post: Duration::from_secs(20),
         flood_rate: 20_000,
         ours_bin: PathBuf::new(),
@@ -188,6 +241,7 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
             "--ml-self-fence" => fence = (false, true),
             "--speakers" => o.speakers = val()?.parse().context("--speakers")?,
             "--services" => o.services = val()?.parse().context("--services")?,
+            "--services6" => o.services6 = val()?.parse().context("--services6")?,
             "--rounds" => o.rounds = val()?.parse().context("--rounds")?,
             "--faults" => o.faults = val()?.split(',').map(Fault::parse).collect::<Result<_>>()?,
             "--post" => o.post = Duration::from_secs(val()?.parse().context("--post")?),
@@ -204,6 +258,7 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
     }
     ensure!((2..=8).contains(&o.speakers), "--speakers: 2 to 8");
     ensure!((2..=50).contains(&o.services), "--services: 2 to 50");
+    ensure!(o.services6 <= 50, "--services6: 0 to 50");
     ensure!((1..=50).contains(&o.rounds), "--rounds: 1 to 50");
     ensure!(o.post <= Duration::from_secs(120), "--post: at most 120 s");
     ensure!(
@@ -254,50 +309,79 @@ async fn run() -> Result<()> {
 async fn run_all(lab: &Lab, opts: &Opts) -> Result<()> {
     let mut all = serde_json::Map::new();
     let mut rows = Vec::new();
+    // One lab per number of speakers the faults need (`two-speakers-loss`: 2).
+    let mut groups: Vec<(usize, Vec<Fault>)> = Vec::new();
+    for &f in &opts.faults {
+        let n = f.speakers(opts.speakers);
+        match groups.iter_mut().find(|(k, _)| *k == n) {
+            Some((_, v)) => v.push(f),
+            None => groups.push((n, vec![f])),
+        }
+    }
     for &variant in &opts.variants {
         let bin = match variant.kind {
             Kind::Ours => opts.ours_bin.join("speaker"),
             Kind::Metallb => opts.metallb_bin.join("speaker"),
         };
         ensure!(bin.is_file(), "{} is missing", bin.display());
-        eprintln!(
-            "bench-l2-faults: === {} with {} speakers ===",
-            variant.name(),
-            opts.speakers
-        );
-        let mut l = L2Lab::up(lab, "bench-l2-faults", variant.kind, opts.speakers, &bin).await?;
-        if variant.fence {
-            l.speaker_args.push("--ml-self-fence".into());
-        }
-        let mut b = Bench {
-            l,
-            prober: None,
-            flood_rate: opts.flood_rate,
-        };
-        let result = b.run(opts).await;
-        if let Some(p) = b.prober.take() {
-            let _ = tokio::task::block_in_place(|| p.stop());
-        }
-        let dir = b.l.dir.clone();
-        b.l.down().await;
-        let figures = result?;
-        eprintln!(
-            "bench-l2-faults: speaker logs of {} in {}",
-            variant.name(),
-            dir.display()
-        );
-        for f in &opts.faults {
-            if let Some(v) = figures["faults"].get(f.name()) {
-                rows.push((variant.name(), f.name(), v["summary"].clone()));
+        let mut of_variant = serde_json::Map::new();
+        for (speakers, faults) in &groups {
+            eprintln!(
+                "bench-l2-faults: === {} with {speakers} speakers: {:?} ===",
+                variant.name(),
+                faults.iter().map(|f| f.name()).collect::<Vec<_>>()
+            );
+            let mut l = L2Lab::up(lab, "bench-l2-faults", variant.kind, *speakers, &bin).await?;
+            if variant.fence {
+                l.speaker_args.push("--ml-self-fence".into());
             }
-        }
-        println!("{}", table(&rows));
-        all.insert(variant.name().into(), figures);
-        if let Some(out) = &opts.out {
-            std::fs::write(out, serde_json::to_vec_pretty(&Value::Object(all.clone()))?)?;
+            let mut b = Bench {
+                l,
+                prober: None,
+                flood_rate: opts.flood_rate,
+            };
+            let result = b.run(opts, faults).await;
+            if let Some(p) = b.prober.take() {
+                let _ = tokio::task::block_in_place(|| p.stop());
+            }
+            let dir = b.l.dir.clone();
+            b.l.down().await;
+            let figures = result?;
+            eprintln!(
+                "bench-l2-faults: speaker logs of {} in {}",
+                variant.name(),
+                dir.display()
+            );
+            for f in faults {
+                let Some(v) = figures["faults"].get(f.name()) else {
+                    continue;
+                };
+                for fam in FAMILIES {
+                    if let Some(sv) = v["summary"].get(fam) {
+                        rows.push((variant.name(), f.name(), fam, sv.clone()));
+                    }
+                }
+            }
+            println!("{}", table(&rows));
+            of_variant.insert(format!("{speakers}-speakers"), figures);
+            all.insert(variant.name().into(), Value::Object(of_variant.clone()));
+            if let Some(out) = &opts.out {
+                std::fs::write(out, serde_json::to_vec_pretty(&Value::Object(all.clone()))?)?;
+            }
         }
     }
     Ok(())
+}
+
+/// The address families figures are given for, as the JSON names them.
+const FAMILIES: [&str; 2] = ["IPv4", "IPv6"];
+
+fn family(a: IpAddr) -> &'static str {
+    if a.is_ipv4() {
+        FAMILIES[0]
+    } else {
+        FAMILIES[1]
+    }
 }
 
 /// What the prober recorded since it started.
@@ -320,17 +404,43 @@ struct Prober {
 
 const OTHER_MAC: u8 = 0x80;
 
+/// Classic BPF: accept (the whole frame) an untagged IPv6 frame whose fixed header's
+/// next header is ICMPv6 and whose ICMPv6 type is a Neighbor Advertisement, drop the
+/// rest. (An NA behind extension headers is dropped: no responder sends one.)
+fn na_filter() -> [SockFilter; 8] {
+    const LD_H_ABS: u16 = 0x28;
+    const LD_B_ABS: u16 = 0x30;
+    const JEQ_K: u16 = 0x15;
+    const RET_K: u16 = 0x06;
+    [
+        SockFilter::stmt(LD_H_ABS, 12),
+        SockFilter::jump(JEQ_K, u32::from(ETHERTYPE_IPV6), 0, 5),
+        SockFilter::stmt(LD_B_ABS, 14 + 6),
+        SockFilter::jump(JEQ_K, u32::from(IPPROTO_ICMPV6), 0, 3),
+        SockFilter::stmt(LD_B_ABS, 14 + 40),
+        SockFilter::jump(JEQ_K, u32::from(ICMPV6_NEIGHBOR_ADVERTISEMENT), 0, 1),
+        SockFilter::stmt(RET_K, 0xffff),
+        SockFilter::stmt(RET_K, 0),
+    ]
+}
+
+/// The prober's two sockets in the client namespace.
+struct Sockets {
+    arp: PacketSocket,
+    ndp: PacketSocket,
+}
+
 impl Prober {
     fn start(
         netns: &str,
         ifindex: u32,
         mac: MacAddr,
-        addrs: Vec<Ipv4Addr>,
+        addrs: Vec<IpAddr>,
         macs: BTreeMap<[u8; 6], usize>,
     ) -> Result<Prober> {
         for a in &addrs {
             ensure!(
-                plan::is_allowed_addr((*a).into()),
+                plan::is_allowed_addr(*a),
                 "probe address {a} is outside the lab's ranges"
             );
         }
@@ -350,14 +460,17 @@ impl Prober {
         let thread = std::thread::spawn({
             let (log, stop) = (log.clone(), stop.clone());
             move || -> Result<()> {
-                let open = || -> Result<PacketSocket> {
+                let open = || -> Result<Sockets> {
                     testkit::netns::enter_thread(&netns)?;
                     // Every frame of the bound ethertype (ARP).
                     let accept_all = [SockFilter::stmt(0x06, 0xffff)];
-                    PacketSocket::open(ifindex, ETHERTYPE_ARP, &accept_all)
-                        .context("AF_PACKET socket in the client namespace")
+                    let arp = PacketSocket::open(ifindex, ETHERTYPE_ARP, &accept_all)
+                        .context("AF_PACKET socket (ARP) in the client namespace")?;
+                    let ndp = PacketSocket::open(ifindex, ETHERTYPE_IPV6, &na_filter())
+                        .context("AF_PACKET socket (IPv6 NA) in the client namespace")?;
+                    Ok(Sockets { arp, ndp })
                 };
-                let sock = match open() {
+                let socks = match open() {
                     Ok(s) => {
                         let _ = ready_tx.send(Ok(()));
                         s
@@ -367,7 +480,7 @@ impl Prober {
                         return Err(e);
                     }
                 };
-                probe_loop(&sock, mac, &addrs, &macs, &log, &stop);
+                probe_loop(&socks, mac, &addrs, &macs, &log, &stop);
                 Ok(())
             }
         });
@@ -404,20 +517,43 @@ impl Prober {
     }
 }
 
+/// The claim a frame makes, if any: (the address, the MAC claiming it). ARP: a reply
+/// or a gratuitous request (sender = target); IPv6: a Neighbor Advertisement, solicited
+/// or not, its target link-layer address (else the frame's source). Not our own frames.
+fn claim_of(frame: &[u8], ours: MacAddr) -> Option<(IpAddr, MacAddr)> {
+    if let Ok(f) = ArpFrame::decode(frame) {
+        let a = f.arp;
+        let claim = a.op == ArpOp::Reply || (a.op == ArpOp::Request && a.sender_ip == a.target_ip);
+        return (claim && a.sender_mac != ours).then_some((a.sender_ip.into(), a.sender_mac));
+    }
+    let (eth, _, na) = NeighborAdvertisement::decode_frame(frame).ok()?;
+    let mac = na.target_lla.unwrap_or(eth.src);
+    (eth.src != ours && mac != ours).then_some((na.target.into(), mac))
+}
+
 fn probe_loop(
-    sock: &PacketSocket,
+    socks: &Sockets,
     mac: MacAddr,
-    addrs: &[Ipv4Addr],
+    addrs: &[IpAddr],
     macs: &BTreeMap<[u8; 6], usize>,
     log: &Mutex<ProbeLog>,
     stop: &AtomicBool,
 ) {
-    let requests: Vec<Vec<u8>> = addrs
+    let requests: Vec<(&PacketSocket, Vec<u8>)> = addrs
         .iter()
-        .map(|a| ArpFrame::request(mac, plan::CLIENT_V4, *a).encode())
+        .map(|a| match a {
+            IpAddr::V4(a) => (
+                &socks.arp,
+                ArpFrame::request(mac, plan::CLIENT_V4, *a).encode(),
+            ),
+            IpAddr::V6(a) => (
+                &socks.ndp,
+                NeighborSolicitation::resolve_frame(mac, plan::CLIENT_V6, *a),
+            ),
+        })
         .collect();
     let start = log.lock().expect("probe log").start;
-    let mut buf = [0u8; 256];
+    let mut buf = [0u8; 512];
     while !stop.load(Ordering::Relaxed) {
         let now = (start.elapsed().as_nanos() / SLOT.as_nanos()) as usize;
         let due = {
@@ -441,7 +577,7 @@ fn probe_loop(
         };
         if due {
             let mut errors = 0;
-            for r in &requests {
+            for (sock, r) in &requests {
                 if sock.send(r).is_err() {
                     errors += 1;
                 }
@@ -450,27 +586,21 @@ fn probe_loop(
                 log.lock().expect("probe log").send_errors += errors;
             }
         }
-        while let Ok(n) = sock.recv(&mut buf) {
-            let Ok(f) = ArpFrame::decode(&buf[..n]) else {
-                continue;
-            };
-            let a = f.arp;
-            let claim =
-                a.op == ArpOp::Reply || (a.op == ArpOp::Request && a.sender_ip == a.target_ip);
-            if !claim || a.sender_mac == mac {
-                continue;
-            }
-            let Some(i) = addrs.iter().position(|x| *x == a.sender_ip) else {
-                continue;
-            };
-            let bit = macs
-                .get(&a.sender_mac.0)
-                .map_or(OTHER_MAC, |n| 1u8 << (n - 1));
-            let mut l = log.lock().expect("probe log");
-            let k = ((start.elapsed().as_nanos() / SLOT.as_nanos()) as usize)
-                .min(l.sent.len().saturating_sub(1));
-            if let Some(s) = l.seen[i].get_mut(k) {
-                *s |= bit;
+        for sock in [&socks.arp, &socks.ndp] {
+            while let Ok(n) = sock.recv(&mut buf) {
+                let Some((ip, claimer)) = claim_of(&buf[..n], mac) else {
+                    continue;
+                };
+                let Some(i) = addrs.iter().position(|x| *x == ip) else {
+                    continue;
+                };
+                let bit = macs.get(&claimer.0).map_or(OTHER_MAC, |n| 1u8 << (n - 1));
+                let mut l = log.lock().expect("probe log");
+                let k = ((start.elapsed().as_nanos() / SLOT.as_nanos()) as usize)
+                    .min(l.sent.len().saturating_sub(1));
+                if let Some(s) = l.seen[i].get_mut(k) {
+                    *s |= bit;
+                }
             }
         }
         std::thread::sleep(Duration::from_millis(1));
@@ -569,11 +699,8 @@ impl Bench<'_> {
         self.prober.as_ref().expect("the prober runs")
     }
 
-    async fn run(&mut self, opts: &Opts) -> Result<Value> {
-        let mut ips = vec![PROBE.to_owned()];
-        for i in 0..opts.services - 1 {
-            ips.push(format!("198.51.100.{}", 100 + i));
-        }
+    async fn run(&mut self, opts: &Opts, fault_list: &[Fault]) -> Result<Value> {
+        let ips = addresses(opts.services, opts.services6);
         self.l.deploy(&ips).await?;
         let started = Instant::now();
         let first = self.l.owner(PROBE, Duration::from_secs(120)).await?;
@@ -597,12 +724,12 @@ impl Bench<'_> {
             .collect::<Result<_>>()?;
         let addrs = ips
             .iter()
-            .map(|a| a.parse::<Ipv4Addr>().map_err(Into::into))
+            .map(|a| a.parse::<IpAddr>().map_err(Into::into))
             .collect::<Result<Vec<_>>>()?;
         self.prober = Some(Prober::start(client.name(), ifindex, mac, addrs, macs)?);
 
         let mut faults = serde_json::Map::new();
-        for &fault in &opts.faults {
+        for &fault in fault_list {
             let mut rounds = Vec::new();
             let mut failures = Vec::new();
             for round in 0..opts.rounds {
@@ -622,8 +749,14 @@ impl Bench<'_> {
                     }
                 }
             }
-            let mut v = json!({"summary": summarise(&rounds), "rounds": rounds});
-            v["summary"]["failed"] = json!(failures.len());
+            let mut summary = serde_json::Map::new();
+            for fam in FAMILIES {
+                if ips.iter().any(|ip| is_family(ip, fam)) {
+                    summary.insert(fam.into(), summarise(&rounds, fam));
+                }
+            }
+            let mut v = json!({"summary": summary, "rounds": rounds});
+            v["failed"] = json!(failures.len());
             v["failures"] = json!(failures);
             faults.insert(fault.name().into(), v);
         }
@@ -631,6 +764,7 @@ impl Bench<'_> {
             "speakers": self.l.nodes,
             "addresses": ips,
             "probe": PROBE,
+            "probe6": PROBE6,
             "prober_send_errors": self.prober().send_errors(),
             "logs": self.l.dir,
             "faults": faults,
@@ -705,6 +839,32 @@ impl Bench<'_> {
         let mut extra = json!({});
         match fault {
             Fault::Quiet => tokio::time::sleep(Duration::from_secs(10)).await,
+            Fault::Sabotage => {
+                // The IPv4 probe and the first IPv6 address, each on a node that does
+                // not answer it: its kernel answers too.
+                let mut held = Vec::new();
+                for i in [Some(0), ips.iter().position(|ip| is_family(ip, "IPv6"))]
+                    .into_iter()
+                    .flatten()
+                {
+                    let other = (1..=self.l.nodes)
+                        .find(|n| Some(*n) != before.owners[i])
+                        .context("a second node")?;
+                    let ip: IpAddr = ips[i].parse()?;
+                    let len = if ip.is_ipv4() { 32 } else { 128 };
+                    let node = plan::node_name(other);
+                    held.push(HeldAddr::add(
+                        self.l.net.net.node(other),
+                        self.l.net.net.l2_iface(&node),
+                        &format!("{ip}/{len}"),
+                    )?);
+                    extra["sabotage"][&ips[i]] = json!(other);
+                }
+                tokio::time::sleep(SABOTAGE_FOR).await;
+                for h in held {
+                    h.remove()?;
+                }
+            }
             Fault::RestartApiAway => {
                 let pid_file = self.l.lab.env.state_dir.join("run/kube-apiserver.pid");
                 let pid: u32 = std::fs::read_to_string(&pid_file)
@@ -718,8 +878,32 @@ impl Bench<'_> {
                     })?;
                 }
                 self.l.start_speaker(owner)?;
-                tokio::time::sleep(Duration::from_secs(15)).await;
+                let restarts = self.sleep_supervised(API_AWAY).await?;
                 drop(frozen);
+                extra["speaker_restarts"] = json!(restarts);
+            }
+            Fault::RestartApiKilled => {
+                let api = ApiServer::new(self.l.lab)?;
+                tokio::task::block_in_place(|| api.kill())?;
+                let down = ApiDown {
+                    api: &api,
+                    down: true,
+                };
+                if let Some(mut c) = self.l.speakers[owner - 1].take() {
+                    tokio::task::block_in_place(|| {
+                        c.stop_with(Signal::KILL, Duration::from_secs(5))
+                    })?;
+                }
+                self.l.start_speaker(owner)?;
+                let restarts = self
+                    .sleep_supervised(API_AWAY.saturating_sub(t0.elapsed()))
+                    .await?;
+                let restart = Instant::now();
+                down.start()?;
+                let up = wait_api(self.l.lab).await?;
+                extra["speaker_restarts"] = json!(restarts);
+                extra["api_killed_ms"] = json!(restart.duration_since(t0).as_millis() as u64);
+                extra["api_start_ms"] = json!(up.duration_since(restart).as_millis() as u64);
             }
             Fault::Partition => {
                 let cut =
@@ -761,6 +945,44 @@ impl Bench<'_> {
                     .map_err(|_| anyhow::anyhow!("the flood panicked"))??;
                 extra["flood_datagrams"] = json!(sent);
             }
+            Fault::TwoSpeakersLoss => {
+                ensure!(
+                    self.l.nodes == 2,
+                    "two-speakers-loss needs a lab of 2 speakers, not {}",
+                    self.l.nodes
+                );
+                let mut lossy = Vec::new();
+                for n in 1..=self.l.nodes {
+                    let node = plan::node_name(n);
+                    lossy.push(testkit::cut::lose_udp(
+                        self.l.net.net.node(n),
+                        self.l.net.net.l2_iface(&node),
+                        MEMBERLIST_PORT,
+                        LOSS_PERCENT,
+                    )?);
+                }
+                let before_out: Vec<u64> = (1..=self.l.nodes)
+                    .map(|n| self.l.udp_out(n))
+                    .collect::<Result<_>>()?;
+                tokio::time::sleep(LOSS_FOR).await;
+                let after_out: Vec<u64> = (1..=self.l.nodes)
+                    .map(|n| self.l.udp_out(n))
+                    .collect::<Result<_>>()?;
+                let mut lost = Vec::new();
+                for c in lossy {
+                    let (seen, dropped) = testkit::cut::loss_counters(&c)?;
+                    lost.push(json!({"to_7946": seen, "dropped": dropped}));
+                    c.restore()?;
+                }
+                extra["loss_per_node"] = json!(lost);
+                extra["udp_out_during_loss"] = json!(
+                    after_out
+                        .iter()
+                        .zip(&before_out)
+                        .map(|(a, b)| a - b)
+                        .collect::<Vec<_>>()
+                );
+            }
         }
         let undone = t0.elapsed();
         tokio::time::sleep(post).await;
@@ -781,18 +1003,39 @@ impl Bench<'_> {
             }));
             figures.push(f);
         }
-        let probe = &figures[0];
-        let summary = json!({
-            "dark_sum_ms": figures.iter().map(|f| f.dark_ms).sum::<u64>(),
-            "dark_max_ms": figures.iter().map(|f| f.dark_ms).max().unwrap_or(0),
-            "double_sum_ms": figures.iter().map(|f| f.double_ms).sum::<u64>(),
-            "double_max_ms": figures.iter().map(|f| f.double_ms).max().unwrap_or(0),
-            "changes": figures.iter().map(|f| f.changes).sum::<u32>(),
-            "probe_changes": probe.changes,
-            "probe_to_final_ms": probe.to_final_ms,
-            "max_to_final_ms": figures.iter().map(|f| f.to_final_ms).max().unwrap_or(0),
-            "unprobed_ms": figures.iter().map(|f| f.unprobed_ms).max().unwrap_or(0),
-        });
+        let mut summary = serde_json::Map::new();
+        for fam in FAMILIES {
+            let idx: Vec<usize> = (0..ips.len())
+                .filter(|i| is_family(&ips[*i], fam))
+                .collect();
+            if idx.is_empty() {
+                continue;
+            }
+            // The family's probe: the first of its addresses the faulted owner answered
+            // before (198.51.100.90 for IPv4), else its first.
+            let probe = idx
+                .iter()
+                .copied()
+                .find(|i| before.owners[*i] == Some(owner))
+                .unwrap_or(idx[0]);
+            let fs: Vec<&AddrFigures> = idx.iter().map(|i| &figures[*i]).collect();
+            summary.insert(
+                fam.into(),
+                json!({
+                    "addresses": idx.len(),
+                    "probe": ips[probe],
+                    "dark_sum_ms": fs.iter().map(|f| f.dark_ms).sum::<u64>(),
+                    "dark_max_ms": fs.iter().map(|f| f.dark_ms).max().unwrap_or(0),
+                    "double_sum_ms": fs.iter().map(|f| f.double_ms).sum::<u64>(),
+                    "double_max_ms": fs.iter().map(|f| f.double_ms).max().unwrap_or(0),
+                    "changes": fs.iter().map(|f| f.changes).sum::<u32>(),
+                    "probe_changes": figures[probe].changes,
+                    "probe_to_final_ms": figures[probe].to_final_ms,
+                    "max_to_final_ms": fs.iter().map(|f| f.to_final_ms).max().unwrap_or(0),
+                    "unprobed_ms": fs.iter().map(|f| f.unprobed_ms).max().unwrap_or(0),
+                }),
+            );
+        }
         let mut r = json!({
             "owner": owner,
             "t0_unix": (t0_unix * 1000.0).round() / 1000.0,
@@ -810,6 +1053,116 @@ impl Bench<'_> {
         }
         Ok(r)
     }
+
+    /// Starts again every speaker that exited, as the kubelet would (at once here: the
+    /// kubelet's back-off would add 10 s and more); returns how many.
+    fn supervise(&mut self) -> Result<usize> {
+        let mut started = 0;
+        for n in 1..=self.l.nodes {
+            let exited = self.l.speakers[n - 1]
+                .as_mut()
+                .is_some_and(|c| !c.is_running());
+            if exited {
+                let log = self.l.speaker_log(n);
+                let tail: Vec<&str> = log.lines().rev().take(2).collect();
+                eprintln!(
+                    "bench-l2-faults: node-{n}'s speaker exited: started again; its last lines:\n{}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+                self.l.start_speaker(n)?;
+                started += 1;
+            }
+        }
+        Ok(started)
+    }
+
+    /// Sleeps `d`, supervising the speakers every 200 ms; returns how many it started.
+    async fn sleep_supervised(&mut self, d: Duration) -> Result<usize> {
+        let until = Instant::now() + d;
+        let mut started = 0;
+        loop {
+            started += self.supervise()?;
+            let now = Instant::now();
+            if now >= until {
+                return Ok(started);
+            }
+            tokio::time::sleep(Duration::from_millis(200).min(until - now)).await;
+        }
+    }
+}
+
+/// The API server killed: started again by [`ApiDown::start`] or, if a round fails
+/// before, when dropped.
+struct ApiDown<'a> {
+    api: &'a ApiServer,
+    down: bool,
+}
+
+impl ApiDown<'_> {
+    fn start(mut self) -> Result<()> {
+        self.down = false;
+        self.api.start()
+    }
+}
+
+impl Drop for ApiDown<'_> {
+    fn drop(&mut self) {
+        if self.down
+            && let Err(e) = self.api.start()
+        {
+            eprintln!("bench-l2-faults: could not start the API server again: {e:#}");
+        }
+    }
+}
+
+/// An address a node holds on its interface (`sabotage`); removed by
+/// [`HeldAddr::remove`] or when dropped.
+struct HeldAddr {
+    ns: testkit::Netns,
+    iface: String,
+    addr: String,
+    held: bool,
+}
+
+impl HeldAddr {
+    fn add(ns: &testkit::Netns, iface: &str, addr: &str) -> Result<HeldAddr> {
+        ns.add_addr(iface, addr)?;
+        Ok(HeldAddr {
+            ns: ns.clone(),
+            iface: iface.to_owned(),
+            addr: addr.to_owned(),
+            held: true,
+        })
+    }
+
+    fn remove(mut self) -> Result<()> {
+        self.held = false;
+        self.ns.del_addr(&self.iface, &self.addr)
+    }
+}
+
+impl Drop for HeldAddr {
+    fn drop(&mut self) {
+        if self.held {
+            let _ = self.ns.del_addr(&self.iface, &self.addr);
+        }
+    }
+}
+
+/// The run's addresses: `v4` IPv4 ones (198.51.100.90, then .100 on) and `v6` IPv6
+/// ones (2001:db8:100::90, then ::a0 on), in the pool's ranges.
+fn addresses(v4: usize, v6: usize) -> Vec<String> {
+    let mut ips = vec![PROBE.to_owned()];
+    ips.extend((0..v4.saturating_sub(1)).map(|i| format!("198.51.100.{}", 100 + i)));
+    if v6 > 0 {
+        ips.push(PROBE6.to_owned());
+        ips.extend((0..v6 - 1).map(|i| format!("2001:db8:100::{:x}", 0xa0 + i)));
+    }
+    ips
+}
+
+fn is_family(ip: &str, fam: &str) -> bool {
+    ip.parse::<IpAddr>().is_ok_and(|a| family(a) == fam)
 }
 
 /// `rate` datagrams per second of 64 bytes of garbage to `target` for [`FLOOD_FOR`],
@@ -855,12 +1208,13 @@ fn parse_mac(s: &str) -> Result<MacAddr> {
     Ok(MacAddr(a))
 }
 
-/// Over the rounds of one fault: sums as the mean per round, maxima as the maximum.
-fn summarise(rounds: &[Value]) -> Value {
+/// Over the rounds of one fault, for one address family: sums as the mean per round,
+/// maxima as the maximum.
+fn summarise(rounds: &[Value], fam: &str) -> Value {
     let get = |k: &str| -> Vec<f64> {
         rounds
             .iter()
-            .filter_map(|r| r["summary"][k].as_f64())
+            .filter_map(|r| r["summary"][fam][k].as_f64())
             .collect()
     };
     let mean = |k: &str| {
@@ -879,6 +1233,7 @@ fn summarise(rounds: &[Value]) -> Value {
     };
     json!({
         "rounds": rounds.len(),
+        "addresses": max("addresses"),
         "dark_sum_ms": mean("dark_sum_ms"),
         "dark_max_ms": max("dark_max_ms"),
         "double_sum_ms": mean("double_sum_ms"),
@@ -892,11 +1247,17 @@ fn summarise(rounds: &[Value]) -> Value {
     })
 }
 
-fn table(rows: &[(&str, &str, Value)]) -> String {
-    let mut s = format!(
-        "{:<11} {:<17} {:>2} {:>9} {:>9} {:>10} {:>10} {:>7} {:>6} {:>9} {:>9} {:>8}\n",
+fn table(rows: &[(&str, &str, &str, Value)]) -> String {
+    let line = |c: [&str; 13]| {
+        format!(
+            "{:<11} {:<18} {:<4} {:>2} {:>9} {:>9} {:>10} {:>10} {:>7} {:>6} {:>9} {:>9} {:>8}\n",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12]
+        )
+    };
+    let mut s = line([
         "impl",
         "fault",
+        "fam",
         "R",
         "dark sum",
         "dark max",
@@ -906,43 +1267,35 @@ fn table(rows: &[(&str, &str, Value)]) -> String {
         "probe",
         "t-final",
         "t-final",
-        "unprobed"
-    );
-    s += &format!(
-        "{:<11} {:<17} {:>2} {:>9} {:>9} {:>10} {:>10} {:>7} {:>6} {:>9} {:>9} {:>8}\n",
-        "",
-        "",
-        "",
-        "ms/round",
-        "ms/addr",
-        "ms/round",
-        "ms/addr",
-        "/round",
-        "chg",
-        "probe ms",
-        "max ms",
-        "max ms"
-    );
+        "unprobed",
+    ]);
+    s += &line([
+        "", "", "", "", "ms/round", "ms/addr", "ms/round", "ms/addr", "/round", "chg", "probe ms",
+        "max ms", "max ms",
+    ]);
     let f = |v: &Value| match v {
         Value::Null => "-".to_owned(),
         v => v.to_string(),
     };
-    for (variant, fault, v) in rows {
-        s += &format!(
-            "{:<11} {:<17} {:>2} {:>9} {:>9} {:>10} {:>10} {:>7} {:>6} {:>9} {:>9} {:>8}\n",
-            variant,
-            fault,
-            f(&v["rounds"]),
-            f(&v["dark_sum_ms"]),
-            f(&v["dark_max_ms"]),
-            f(&v["double_sum_ms"]),
-            f(&v["double_max_ms"]),
-            f(&v["changes"]),
-            f(&v["probe_changes"]),
-            f(&v["probe_to_final_ms"]),
-            f(&v["max_to_final_ms"]),
-            f(&v["unprobed_ms"]),
-        );
+    for (variant, fault, fam, v) in rows {
+        let cells = [
+            "rounds",
+            "dark_sum_ms",
+            "dark_max_ms",
+            "double_sum_ms",
+            "double_max_ms",
+            "changes",
+            "probe_changes",
+            "probe_to_final_ms",
+            "max_to_final_ms",
+            "unprobed_ms",
+        ]
+        .map(|k| f(&v[k]));
+        let fam = if *fam == "IPv4" { "v4" } else { "v6" };
+        s += &line([
+            variant, fault, fam, &cells[0], &cells[1], &cells[2], &cells[3], &cells[4], &cells[5],
+            &cells[6], &cells[7], &cells[8], &cells[9],
+        ]);
     }
     s
 }
@@ -977,6 +1330,76 @@ mod tests {
         // A MAC that is no node's counts as a second answer.
         let f = analyse(&[true], &[0b01 | OTHER_MAC]);
         assert_eq!(f.double_ms, 20);
+    }
+
+    #[test]
+    fn claims_of_arp_and_neighbor_advertisements() {
+        let ours = MacAddr([2, 0, 0, 0, 0, 0x64]);
+        let node = MacAddr([2, 0, 0, 0, 0, 0x11]);
+        let v4: Ipv4Addr = PROBE.parse().unwrap();
+        let v6: std::net::Ipv6Addr = PROBE6.parse().unwrap();
+        // An ARP reply, a gratuitous request; not our own request.
+        let mut reply = ArpFrame::request(node, v4, plan::CLIENT_V4);
+        reply.arp.op = ArpOp::Reply;
+        assert_eq!(
+            claim_of(&reply.encode(), ours),
+            Some((IpAddr::V4(v4), node))
+        );
+        let garp = ArpFrame::gratuitous(ArpOp::Request, node, v4);
+        assert_eq!(claim_of(&garp.encode(), ours), Some((IpAddr::V4(v4), node)));
+        let req = ArpFrame::request(ours, plan::CLIENT_V4, v4);
+        assert_eq!(claim_of(&req.encode(), ours), None);
+        // A solicited NA (its target link-layer address), an unsolicited one without
+        // the option (the frame's source), our own solicitation (none).
+        let na = |solicited, lla: Option<MacAddr>| NeighborAdvertisement {
+            router: false,
+            solicited,
+            override_flag: true,
+            target: v6,
+            target_lla: lla,
+        };
+        let solicited =
+            na(true, Some(node)).encode_frame(ours, node, plan::node_v6(1), plan::CLIENT_V6);
+        assert_eq!(claim_of(&solicited, ours), Some((IpAddr::V6(v6), node)));
+        let unsolicited = na(false, None).encode_frame(
+            MacAddr([0x33, 0x33, 0, 0, 0, 1]),
+            node,
+            plan::node_v6(1),
+            arp_ndp::packet::ALL_NODES,
+        );
+        assert_eq!(claim_of(&unsolicited, ours), Some((IpAddr::V6(v6), node)));
+        let ns = NeighborSolicitation::resolve_frame(ours, plan::CLIENT_V6, v6);
+        assert_eq!(claim_of(&ns, ours), None);
+        // A corrupted checksum is no answer (a host would drop it).
+        let mut bad = solicited.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 0xff;
+        assert_eq!(claim_of(&bad, ours), None);
+    }
+
+    #[test]
+    fn addresses_are_in_the_pool_per_family() {
+        let ips = addresses(3, 3);
+        assert_eq!(
+            ips,
+            [
+                PROBE,
+                "198.51.100.100",
+                "198.51.100.101",
+                PROBE6,
+                "2001:db8:100::a0",
+                "2001:db8:100::a1"
+            ]
+        );
+        let pool6: std::net::Ipv6Addr = "2001:db8:100::".parse().unwrap();
+        for ip in addresses(50, 50) {
+            match ip.parse::<IpAddr>().unwrap() {
+                IpAddr::V4(a) => assert_eq!(a.octets()[..3], [198, 51, 100]),
+                IpAddr::V6(a) => assert_eq!(a.octets()[..15], pool6.octets()[..15]),
+            }
+        }
+        assert_eq!(addresses(2, 0), [PROBE, "198.51.100.100"]);
+        assert!(is_family(PROBE6, "IPv6") && is_family(PROBE, "IPv4"));
     }
 
     #[test]
