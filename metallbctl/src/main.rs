@@ -3,6 +3,9 @@
 //! `validate` checks MetalLB configuration files offline, with the same
 //! loader and `config::parse` the daemons use and the CRD schemas the API
 //! server enforces.
+//!
+//! Installed under the name `kubectl-metallb` (a link or a copy on PATH), it is the kubectl
+//! plugin `kubectl metallb`: the same commands, with usage lines that say `kubectl metallb`.
 
 mod bfd_probe;
 mod bgp_probe;
@@ -13,9 +16,11 @@ mod live;
 mod status;
 mod validate;
 
+use std::ffi::OsStr;
+use std::path::Path;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Exit statuses, shown by `--help`.
 const EXIT_STATUS: &str = "\
@@ -65,8 +70,36 @@ enum Command {
     Convert(convert::Args),
 }
 
+/// The file name under which kubectl runs this binary as `kubectl metallb` (kubectl looks
+/// for `kubectl-<name>` on PATH; krew names its plugins the same way).
+const PLUGIN_FILE_NAME: &str = "kubectl-metallb";
+
+/// What usage lines call this command: `kubectl metallb` when it was started as the kubectl
+/// plugin (`argv[0]`'s file name is `kubectl-metallb`: a link to this binary or a copy of
+/// it), `metallbctl` otherwise. Nothing else depends on the name.
+fn command_name(argv0: Option<&OsStr>) -> &'static str {
+    let plugin = argv0
+        .and_then(|a| Path::new(a).file_name())
+        .is_some_and(|name| name == PLUGIN_FILE_NAME);
+    if plugin {
+        "kubectl metallb"
+    } else {
+        "metallbctl"
+    }
+}
+
+/// The command line, parsed with usage and help naming the command as it was started.
+fn parse() -> Cli {
+    let mut args = std::env::args_os();
+    let argv0 = args.next();
+    let matches = Cli::command()
+        .bin_name(command_name(argv0.as_deref()))
+        .get_matches_from(argv0.into_iter().chain(args));
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse();
     let result = match &cli.command {
         Command::Validate(args) => validate::run(args),
         Command::BgpProbe(args) => bgp_probe::run(args),
@@ -80,4 +113,55 @@ fn main() -> ExitCode {
         eprintln!("metallbctl: {e:#}");
         ExitCode::from(validate::EXIT_LOAD_ERROR)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plugin_file_name_is_kubectl_metallb_wherever_it_lies() {
+        for argv0 in [
+            "kubectl-metallb",
+            "/usr/local/bin/kubectl-metallb",
+            "./kubectl-metallb",
+        ] {
+            assert_eq!(
+                command_name(Some(OsStr::new(argv0))),
+                "kubectl metallb",
+                "{argv0}"
+            );
+        }
+        for argv0 in [
+            "metallbctl",
+            "/usr/local/bin/metallbctl",
+            "kubectl-metallb-old",
+            "kubectl",
+            "/opt/kubectl-metallb/metallbctl",
+        ] {
+            assert_eq!(
+                command_name(Some(OsStr::new(argv0))),
+                "metallbctl",
+                "{argv0}"
+            );
+        }
+        assert_eq!(command_name(None), "metallbctl");
+    }
+
+    #[test]
+    fn usage_lines_name_the_command_as_started() {
+        let mut plugin = Cli::command().bin_name("kubectl metallb");
+        assert_eq!(
+            plugin.render_usage().to_string(),
+            "Usage: kubectl metallb <COMMAND>"
+        );
+        plugin.build();
+        let status = plugin
+            .find_subcommand_mut("status")
+            .expect("status subcommand");
+        assert_eq!(
+            status.render_usage().to_string(),
+            "Usage: kubectl metallb status [OPTIONS]"
+        );
+    }
 }
