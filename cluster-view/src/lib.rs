@@ -10,6 +10,10 @@
 //!   Services (keys `namespace/name`; EndpointSlices signal their Service),
 //!   and [`ClusterView::resources`], the configuration inputs as shared
 //!   objects (no copies).
+//! - What the caches keep ([`lean`]): every object without its managed
+//!   fields and last-applied annotation; Nodes with their conditions alone
+//!   of their status, EndpointSlices with each endpoint's addresses,
+//!   conditions and node alone (what the daemons read, listed there).
 //! - Filters: Node updates that change no label and do not flip
 //!   `NetworkUnavailable`, and Namespace updates that change no label, are
 //!   not signalled (the cache still holds the latest object).
@@ -71,6 +75,7 @@
 
 pub mod changes;
 pub mod endpoints;
+pub mod lean;
 pub mod nodes;
 mod reflector;
 pub mod services;

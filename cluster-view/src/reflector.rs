@@ -18,6 +18,8 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
+use crate::lean;
+
 /// What a reflector saw, handed to its change callback after the cache was
 /// updated (so the cache already holds `new`, or no longer holds a deleted
 /// object, when the callback runs).
@@ -133,10 +135,23 @@ where
     /// Starts watching `api` with `config`, calling `on_change` for every
     /// change once the cache holds it (with the cache, for callbacks that
     /// index its objects). `on_change` runs in the reflector's task: keep it
-    /// short (signal a queue, update an index).
+    /// short (signal a queue, update an index). Objects are cached without
+    /// their managed fields ([`lean::metadata`]).
     pub fn new(
         api: Api<K>,
         config: watcher::Config,
+        on_change: impl FnMut(Change<'_, K>, &Store<K>) + Send + 'static,
+    ) -> Self {
+        Self::with_trim(api, config, lean::metadata::<K>, on_change)
+    }
+
+    /// [`Reflector::new`], with `trim` applied to every object before the
+    /// cache and `on_change` see it (what a cache keeps of its kind:
+    /// [`lean`]).
+    pub fn with_trim(
+        api: Api<K>,
+        config: watcher::Config,
+        trim: fn(&mut K),
         on_change: impl FnMut(Change<'_, K>, &Store<K>) + Send + 'static,
     ) -> Self {
         let writer = Writer::<K>::default();
@@ -151,6 +166,7 @@ where
         let task = tokio::spawn(run(
             api,
             config,
+            trim,
             writer,
             shared.clone(),
             progress_tx,
@@ -248,6 +264,7 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Reflector<K> {
 async fn run<K>(
     api: Api<K>,
     config: watcher::Config,
+    trim: fn(&mut K),
     mut writer: Writer<K>,
     shared: Arc<Shared>,
     progress: watch::Sender<Progress>,
@@ -262,6 +279,7 @@ async fn run<K>(
         // stream starts with (it starts after they were made).
         let generation = shared.requested.load(Ordering::SeqCst);
         let mut stream = watcher(api.clone(), config.clone())
+            .modify(trim)
             .backoff(watch_backoff())
             .boxed();
         loop {

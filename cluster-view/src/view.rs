@@ -17,6 +17,7 @@ use kube::{Client, ResourceExt};
 
 use crate::changes::{Changes, DEFAULT_KEY_BOUND};
 use crate::endpoints::{self, SliceIndex};
+use crate::lean;
 use crate::nodes;
 use crate::reflector::{Change, Health, Reflector, Stopped};
 
@@ -156,9 +157,10 @@ impl Builder {
             has(Kind::Secret).then(|| config_kind(Api::namespaced(c.clone(), ns), &config_changes));
         let config_maps = has(Kind::ConfigMap).then(|| {
             let changes = config_changes.clone();
-            Reflector::new(
+            Reflector::with_trim(
                 Api::<ConfigMap>::namespaced(c.clone(), ns),
                 wc(),
+                lean::config_map,
                 move |change, _| {
                     if config_map_signal(&change) {
                         changes.all();
@@ -169,15 +171,20 @@ impl Builder {
         let node_reflector = has(Kind::Node).then(|| {
             let config = config_changes.clone();
             let services = service_changes.clone();
-            Reflector::new(Api::<Node>::all(c.clone()), wc(), move |change, _| {
-                let (config_changed, availability_changed) = node_signal(&change);
-                if config_changed {
-                    config.all();
-                }
-                if availability_changed {
-                    services.all();
-                }
-            })
+            Reflector::with_trim(
+                Api::<Node>::all(c.clone()),
+                wc(),
+                lean::node,
+                move |change, _| {
+                    let (config_changed, availability_changed) = node_signal(&change);
+                    if config_changed {
+                        config.all();
+                    }
+                    if availability_changed {
+                        services.all();
+                    }
+                },
+            )
         });
         let namespaces = has(Kind::Namespace).then(|| {
             let changes = config_changes.clone();
@@ -189,9 +196,10 @@ impl Builder {
         });
         let services = has(Kind::Service).then(|| {
             let changes = service_changes.clone();
-            Reflector::new(
+            Reflector::with_trim(
                 Api::<Service>::all(c.clone()),
                 wc(),
+                lean::service,
                 move |change, _| match change {
                     Change::Applied { new: s, .. } | Change::Deleted(s) => {
                         changes.key(service_key(s))
@@ -203,9 +211,10 @@ impl Builder {
         let endpoint_slices = has(Kind::EndpointSlice).then(|| {
             let changes = service_changes.clone();
             let index = slices.clone();
-            Reflector::new(
+            Reflector::with_trim(
                 Api::<EndpointSlice>::all(c.clone()),
                 wc(),
+                lean::endpoint_slice,
                 move |change, store: &Store<EndpointSlice>| match change {
                     Change::Applied { old, new } => {
                         if let Some(cached) = store.get(&ObjectRef::from_obj(new)) {
