@@ -456,3 +456,76 @@ async fn the_caches_keep_every_field_the_daemons_read_and_drop_the_rest() {
     expected.metadata.managed_fields = None;
     assert_eq!(*ns, expected);
 }
+
+fn service_names(view: &ClusterView) -> Vec<String> {
+    let mut names: Vec<String> = view
+        .services()
+        .unwrap()
+        .store()
+        .state()
+        .iter()
+        .map(|s| cluster_view::service_key(s))
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_speaker_view_asks_for_load_balancer_services_only() {
+    let fake = Arc::new(Fake::default());
+    let view = ClusterView::builder(client(&fake), NS)
+        .kinds(Kind::SPEAKER)
+        .load_balancer_services_only()
+        .start();
+    ready(&view).await;
+    assert_eq!(service_names(&view), ["demo/web"]);
+    let asked = fake.requests_to("/api/v1/services");
+    assert!(!asked.is_empty());
+    assert!(asked.iter().all(|r| r.contains(TYPE_SELECTOR)), "{asked:?}");
+    assert!(!view.failing());
+}
+
+#[tokio::test]
+async fn an_api_server_without_the_selector_gets_every_service_watched() {
+    let fake = Arc::new(Fake {
+        rejects_type_selector: true,
+        ..Fake::default()
+    });
+    let view = ClusterView::builder(client(&fake), NS)
+        .kinds(Kind::SPEAKER)
+        .load_balancer_services_only()
+        .start();
+    ready(&view).await;
+    assert_eq!(service_names(&view), ["demo/internal", "demo/web"]);
+    let asked = fake.requests_to("/api/v1/services");
+    // One refused list, then lists and watches without the selector.
+    assert!(asked[0].contains(TYPE_SELECTOR), "{asked:?}");
+    assert!(
+        asked[1..].iter().all(|r| !r.contains("fieldSelector")),
+        "{asked:?}"
+    );
+    assert!(!view.failing());
+    // A re-list stays unfiltered.
+    tokio::time::timeout(Duration::from_secs(10), view.relist())
+        .await
+        .unwrap()
+        .unwrap();
+    let asked = fake.requests_to("/api/v1/services");
+    assert!(asked[1..].iter().all(|r| !r.contains("fieldSelector")));
+    assert_eq!(service_names(&view), ["demo/internal", "demo/web"]);
+}
+
+#[tokio::test]
+async fn the_controller_view_watches_every_service() {
+    let fake = Arc::new(Fake::default());
+    let view = ClusterView::builder(client(&fake), NS)
+        .kinds(Kind::CONTROLLER)
+        .start();
+    ready(&view).await;
+    assert_eq!(service_names(&view), ["demo/internal", "demo/web"]);
+    assert!(
+        fake.requests_to("/api/v1/services")
+            .iter()
+            .all(|r| !r.contains("fieldSelector"))
+    );
+}
