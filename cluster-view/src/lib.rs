@@ -10,6 +10,10 @@
 //!   Services (keys `namespace/name`; EndpointSlices signal their Service),
 //!   and [`ClusterView::resources`], the configuration inputs as shared
 //!   objects (no copies).
+//! - What the caches keep ([`lean`]): every object without its managed
+//!   fields and last-applied annotation; Nodes with their conditions alone
+//!   of their status, EndpointSlices with each endpoint's addresses,
+//!   conditions and node alone (what the daemons read, listed there).
 //! - Filters: Node updates that change no label and do not flip
 //!   `NetworkUnavailable`, and Namespace updates that change no label, are
 //!   not signalled (the cache still holds the latest object).
@@ -54,7 +58,10 @@
 //! use cluster_view::nodes::{excluded_from_lb, network_unavailable};
 //! use cluster_view::{Addresses, ClusterView, Kind};
 //! use kube::runtime::reflector::ObjectRef;
-//! let view = ClusterView::builder(client, "metallb-system").kinds(Kind::SPEAKER).start();
+//! let view = ClusterView::builder(client, "metallb-system")
+//!     .kinds(Kind::SPEAKER)
+//!     .load_balancer_services_only() // a Service of another type: as if deleted
+//!     .start();
 //! view.ready().await?;
 //! let _config = config::parse(&view.resources());
 //! let node = view.nodes().expect("watched").store().get(&ObjectRef::new(me));
@@ -71,6 +78,7 @@
 
 pub mod changes;
 pub mod endpoints;
+pub mod lean;
 pub mod nodes;
 mod reflector;
 pub mod services;
@@ -80,6 +88,6 @@ pub use changes::{Batch, Changes, DEFAULT_KEY_BOUND};
 pub use endpoints::{Addresses, SliceIndex};
 pub use reflector::{Change, Health, Reflector, Stopped};
 pub use view::{
-    BGP_EXTRAS, Builder, ClusterView, Kind, config_map_signal, config_object_signal,
-    namespace_signal, node_signal, service_key,
+    BGP_EXTRAS, Builder, ClusterView, Kind, LOAD_BALANCER_SERVICES, config_map_signal,
+    config_object_signal, namespace_signal, node_signal, service_key,
 };

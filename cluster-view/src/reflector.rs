@@ -1,6 +1,7 @@
 //! One watch of one kind into one cache, in a task of its own that ends
 //! when the [`Reflector`] is dropped, with readiness, health, and a re-list
-//! on demand.
+//! on demand; objects trimmed before they are cached ([`crate::lean`]), and
+//! a selection the API server may refuse (then every object is watched).
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -17,6 +18,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
+
+use crate::lean;
 
 /// What a reflector saw, handed to its change callback after the cache was
 /// updated (so the cache already holds `new`, or no longer holds a deleted
@@ -133,10 +136,38 @@ where
     /// Starts watching `api` with `config`, calling `on_change` for every
     /// change once the cache holds it (with the cache, for callbacks that
     /// index its objects). `on_change` runs in the reflector's task: keep it
-    /// short (signal a queue, update an index).
+    /// short (signal a queue, update an index). Objects are cached without
+    /// their managed fields ([`lean::metadata`]).
     pub fn new(
         api: Api<K>,
         config: watcher::Config,
+        on_change: impl FnMut(Change<'_, K>, &Store<K>) + Send + 'static,
+    ) -> Self {
+        Self::with_trim(api, config, lean::metadata::<K>, on_change)
+    }
+
+    /// [`Reflector::new`], with `trim` applied to every object before the
+    /// cache and `on_change` see it (what a cache keeps of its kind:
+    /// [`lean`]).
+    pub fn with_trim(
+        api: Api<K>,
+        config: watcher::Config,
+        trim: fn(&mut K),
+        on_change: impl FnMut(Change<'_, K>, &Store<K>) + Send + 'static,
+    ) -> Self {
+        Self::with_fallback(api, config, None, trim, on_change)
+    }
+
+    /// [`Reflector::with_trim`], watching with `config` unless the API
+    /// server rejects its list as a bad request (a field selector it does
+    /// not support, e.g. `spec.type` of Services before Kubernetes had it):
+    /// then with `fallback`, for the reflector's life (said once, as a
+    /// warning).
+    pub fn with_fallback(
+        api: Api<K>,
+        config: watcher::Config,
+        fallback: Option<watcher::Config>,
+        trim: fn(&mut K),
         on_change: impl FnMut(Change<'_, K>, &Store<K>) + Send + 'static,
     ) -> Self {
         let writer = Writer::<K>::default();
@@ -150,7 +181,11 @@ where
         let (progress_tx, progress) = watch::channel(Progress::default());
         let task = tokio::spawn(run(
             api,
-            config,
+            Selection {
+                config,
+                fallback,
+                trim,
+            },
             writer,
             shared.clone(),
             progress_tx,
@@ -245,9 +280,24 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Reflector<K> {
     }
 }
 
+/// Whether the API server refused the list itself as a bad request (400):
+/// the answer to a field selector it does not know ("field label not
+/// supported").
+fn list_refused(e: &watcher::Error) -> bool {
+    matches!(e, watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 400)
+}
+
+/// What a reflector watches and keeps.
+struct Selection<K> {
+    config: watcher::Config,
+    /// Watched with instead, when the API server refuses `config`.
+    fallback: Option<watcher::Config>,
+    trim: fn(&mut K),
+}
+
 async fn run<K>(
     api: Api<K>,
-    config: watcher::Config,
+    selection: Selection<K>,
     mut writer: Writer<K>,
     shared: Arc<Shared>,
     progress: watch::Sender<Progress>,
@@ -257,11 +307,17 @@ async fn run<K>(
 {
     let store = writer.as_reader();
     let kind = shared.kind.clone();
+    let Selection {
+        mut config,
+        mut fallback,
+        trim,
+    } = selection;
     loop {
         // Every request up to this generation is served by the list this
         // stream starts with (it starts after they were made).
         let generation = shared.requested.load(Ordering::SeqCst);
         let mut stream = watcher(api.clone(), config.clone())
+            .modify(trim)
             .backoff(watch_backoff())
             .boxed();
         loop {
@@ -282,6 +338,16 @@ async fn run<K>(
             };
             let event = match event {
                 Ok(e) => e,
+                Err(e) if fallback.is_some() && list_refused(&e) => {
+                    tracing::warn!(
+                        kind,
+                        field_selector = config.field_selector.as_deref().unwrap_or_default(),
+                        error = %e,
+                        "the API server refuses this selection: watching without it"
+                    );
+                    config = fallback.take().expect("checked");
+                    break;
+                }
                 Err(e) => {
                     if !shared.failing.swap(true, Ordering::Relaxed) {
                         tracing::warn!(kind, error = %e, "watch failed; retrying with backoff");

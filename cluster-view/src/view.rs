@@ -17,6 +17,7 @@ use kube::{Client, ResourceExt};
 
 use crate::changes::{Changes, DEFAULT_KEY_BOUND};
 use crate::endpoints::{self, SliceIndex};
+use crate::lean;
 use crate::nodes;
 use crate::reflector::{Change, Health, Reflector, Stopped};
 
@@ -85,7 +86,11 @@ pub struct Builder {
     namespace: String,
     kinds: BTreeSet<Kind>,
     key_bound: usize,
+    load_balancers_only: bool,
 }
+
+/// The field selector of the Services a speaker reads.
+pub const LOAD_BALANCER_SERVICES: &str = "spec.type=LoadBalancer";
 
 impl Builder {
     /// Watches `kind` too.
@@ -97,6 +102,20 @@ impl Builder {
     /// Watches these kinds too (e.g. [`Kind::CONTROLLER`]).
     pub fn kinds(mut self, kinds: &[Kind]) -> Self {
         self.kinds.extend(kinds.iter().copied());
+        self
+    }
+
+    /// Watches only `type: LoadBalancer` Services (the field selector
+    /// [`LOAD_BALANCER_SERVICES`]), when the API server supports it
+    /// (Kubernetes 1.37 does; one that refuses it gets every Service
+    /// watched, as without this). A Service whose type changes away from
+    /// LoadBalancer leaves the cache as a deletion (the watch says so), and
+    /// one that becomes a LoadBalancer enters it. For the speaker, whose
+    /// decisions withdraw every other type alike; not for the controller,
+    /// which clears the address and annotations of a Service that stops
+    /// being a LoadBalancer and so must see it.
+    pub fn load_balancer_services_only(mut self) -> Self {
+        self.load_balancers_only = true;
         self
     }
 
@@ -156,9 +175,10 @@ impl Builder {
             has(Kind::Secret).then(|| config_kind(Api::namespaced(c.clone(), ns), &config_changes));
         let config_maps = has(Kind::ConfigMap).then(|| {
             let changes = config_changes.clone();
-            Reflector::new(
+            Reflector::with_trim(
                 Api::<ConfigMap>::namespaced(c.clone(), ns),
                 wc(),
+                lean::config_map,
                 move |change, _| {
                     if config_map_signal(&change) {
                         changes.all();
@@ -169,15 +189,20 @@ impl Builder {
         let node_reflector = has(Kind::Node).then(|| {
             let config = config_changes.clone();
             let services = service_changes.clone();
-            Reflector::new(Api::<Node>::all(c.clone()), wc(), move |change, _| {
-                let (config_changed, availability_changed) = node_signal(&change);
-                if config_changed {
-                    config.all();
-                }
-                if availability_changed {
-                    services.all();
-                }
-            })
+            Reflector::with_trim(
+                Api::<Node>::all(c.clone()),
+                wc(),
+                lean::node,
+                move |change, _| {
+                    let (config_changed, availability_changed) = node_signal(&change);
+                    if config_changed {
+                        config.all();
+                    }
+                    if availability_changed {
+                        services.all();
+                    }
+                },
+            )
         });
         let namespaces = has(Kind::Namespace).then(|| {
             let changes = config_changes.clone();
@@ -189,9 +214,16 @@ impl Builder {
         });
         let services = has(Kind::Service).then(|| {
             let changes = service_changes.clone();
-            Reflector::new(
+            let (config, fallback) = if self.load_balancers_only {
+                (wc().fields(LOAD_BALANCER_SERVICES), Some(wc()))
+            } else {
+                (wc(), None)
+            };
+            Reflector::with_fallback(
                 Api::<Service>::all(c.clone()),
-                wc(),
+                config,
+                fallback,
+                lean::service,
                 move |change, _| match change {
                     Change::Applied { new: s, .. } | Change::Deleted(s) => {
                         changes.key(service_key(s))
@@ -203,9 +235,10 @@ impl Builder {
         let endpoint_slices = has(Kind::EndpointSlice).then(|| {
             let changes = service_changes.clone();
             let index = slices.clone();
-            Reflector::new(
+            Reflector::with_trim(
                 Api::<EndpointSlice>::all(c.clone()),
                 wc(),
+                lean::endpoint_slice,
                 move |change, store: &Store<EndpointSlice>| match change {
                     Change::Applied { old, new } => {
                         if let Some(cached) = store.get(&ObjectRef::from_obj(new)) {
@@ -384,6 +417,7 @@ impl ClusterView {
             namespace: namespace.to_owned(),
             kinds: BTreeSet::new(),
             key_bound: DEFAULT_KEY_BOUND,
+            load_balancers_only: false,
         }
     }
 
@@ -455,9 +489,10 @@ impl ClusterView {
     }
 
     /// Signals Services to process, by key (`namespace/name`): a changed
-    /// Service, a changed EndpointSlice of the Service; everything after a
-    /// list of Services, EndpointSlices or Nodes, when a Node's
-    /// availability flips, and when the keys pass the bound.
+    /// Service (one leaving a [`Builder::load_balancer_services_only`]
+    /// selection is a deletion), a changed EndpointSlice of the Service;
+    /// everything after a list of Services, EndpointSlices or Nodes, when a
+    /// Node's availability flips, and when the keys pass the bound.
     pub fn service_changes(&self) -> &Changes {
         &self.service_changes
     }

@@ -476,3 +476,102 @@ async fn a_dropped_reflector_ends_its_task_and_fails_its_waiters() -> Result<()>
     assert!(!store.is_empty());
     Ok(())
 }
+
+/// The speaker's view (`load_balancer_services_only`) against the real API
+/// server: it holds LoadBalancer Services only (the server filters by
+/// `spec.type`), a LoadBalancer changed to ClusterIP leaves it as a deletion
+/// with its key signalled, and a ClusterIP Service changed to LoadBalancer
+/// enters it. The objects are stored without their managed fields.
+#[tokio::test]
+async fn a_speaker_view_holds_load_balancers_and_sees_a_type_change_as_a_deletion() -> Result<()> {
+    let client = lab_client().await?;
+    let ns = format!("cv-lab-lb-{}", std::process::id());
+    let namespaces = Api::<Namespace>::all(client.clone());
+    let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
+    namespaces
+        .create(
+            &PostParams::default(),
+            &Namespace {
+                metadata: meta(&ns, None),
+                ..Default::default()
+            },
+        )
+        .await?;
+    let r = tokio::spawn({
+        let (client, ns) = (client.clone(), ns.clone());
+        async move { type_changes(&client, &ns).await }
+    })
+    .await;
+    let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
+    match r {
+        Ok(r) => r,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
+async fn type_changes(client: &Client, ns: &str) -> Result<()> {
+    let services = Api::<Service>::namespaced(client.clone(), ns);
+    let service = |name: &str, type_: &str| Service {
+        metadata: meta(name, Some(ns)),
+        spec: Some(ServiceSpec {
+            type_: Some(type_.into()),
+            ports: Some(vec![ServicePort {
+                port: 80,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    services
+        .create(&PostParams::default(), &service("lb", "LoadBalancer"))
+        .await?;
+    services
+        .create(&PostParams::default(), &service("cip", "ClusterIP"))
+        .await?;
+
+    let view = ClusterView::builder(client.clone(), NS)
+        .kinds(Kind::SPEAKER)
+        .load_balancer_services_only()
+        .start();
+    tokio::time::timeout(Duration::from_secs(20), view.ready())
+        .await
+        .context("view not ready")??;
+    assert!(!view.failing(), "{:?}", view.health());
+    let store = view.services().unwrap().store();
+    let (lb, cip) = (
+        ObjectRef::<Service>::new("lb").within(ns),
+        ObjectRef::<Service>::new("cip").within(ns),
+    );
+    let cached = store.get(&lb).context("the LoadBalancer Service cached")?;
+    assert_eq!(cached.metadata.managed_fields, None);
+    assert!(store.get(&cip).is_none(), "a ClusterIP Service cached");
+    assert!(
+        store
+            .state()
+            .iter()
+            .all(|s| cluster_view::services::is_load_balancer(s)),
+        "only LoadBalancers are cached"
+    );
+    let _ = view.service_changes().take();
+
+    // LoadBalancer -> ClusterIP: a deletion, its key signalled.
+    let to = |type_: &str| Patch::Merge(json!({"spec": {"type": type_}}));
+    services
+        .patch("lb", &PatchParams::default(), &to("ClusterIP"))
+        .await?;
+    wait_for_key(&view, &format!("{ns}/lb")).await?;
+    wait_for("lb gone from the cache", || {
+        store.get(&lb).is_none().then_some(())
+    })
+    .await?;
+
+    // ClusterIP -> LoadBalancer: it enters.
+    services
+        .patch("cip", &PatchParams::default(), &to("LoadBalancer"))
+        .await?;
+    wait_for_key(&view, &format!("{ns}/cip")).await?;
+    wait_for("cip in the cache", || store.get(&cip)).await?;
+    assert!(store.get(&lb).is_none());
+    Ok(())
+}

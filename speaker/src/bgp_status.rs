@@ -191,6 +191,15 @@ impl Summary {
         }
     }
 
+    /// The Services this summary says something of (an exception, or not
+    /// announced for a reason of the node).
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.exceptions
+            .keys()
+            .chain(self.node_wide.keys())
+            .map(String::as_str)
+    }
+
     /// The NodeBGPStatus status of `node`, whose sessions are `peers`.
     pub fn status(&self, node: &str, peers: &[String]) -> NodeBGPStatusStatus {
         let mut peers = peers.to_vec();

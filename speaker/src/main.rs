@@ -499,8 +499,11 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
         }
     }));
 
+    // Services of type LoadBalancer only (every other type is withdrawn alike:
+    // leaving the selection is a deletion), where the API server can select them.
     let view = ClusterView::builder(client.clone(), &ns)
         .kinds(Kind::SPEAKER)
+        .load_balancer_services_only()
         .start();
     let (peer_tx, mut peer_rx) = tokio::sync::mpsc::channel(1024);
     let factory = BgpFactory::new(Listeners::new(), Some(bgp_metrics));
@@ -738,8 +741,9 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
                         .iter()
                         .map(|s| cluster_view::service_key(s))
                         .collect();
-                    // Services announced or warned about, and gone from the cache.
-                    v.extend(speaker.announced().map(str::to_owned));
+                    // Services this node holds anything for or warned about, gone
+                    // from the cache (deleted, or no longer LoadBalancers).
+                    v.extend(speaker.tracked().map(str::to_owned));
                     v.extend(node_warnings.keys().map(str::to_owned));
                     v.sort();
                     v.dedup();

@@ -416,6 +416,19 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
         keys.into_iter()
     }
 
+    /// Keys of the Services this node holds anything for: announced (BGP or
+    /// layer 2), next in line for (layer 2), or in its NodeBGPStatus
+    /// summary. A full pass decides these again besides the cached
+    /// Services, so that one gone from the cache while the watch was away
+    /// (deleted, or no longer a LoadBalancer when the speaker watches those
+    /// only) leaves nothing behind.
+    pub fn tracked(&self) -> impl Iterator<Item = &str> {
+        let mut keys: BTreeSet<&str> = self.announced().collect();
+        keys.extend(self.succeeds.keys().map(String::as_str));
+        keys.extend(self.summary.keys());
+        keys.into_iter()
+    }
+
     /// The NodeBGPStatus status of this node (`--service-bgp-status=summary`):
     /// its sessions' peers and the Services it reports one by one.
     pub fn bgp_summary(&self) -> config::api::v1beta1::NodeBGPStatusStatus {

@@ -602,3 +602,29 @@ fn one_node_assigned_per_service_and_none_after_a_restart() {
         .service("default/s0b", Some(&svc("s0b", ip)), &slices("s0b"));
     assert_eq!(h.node.take_effects().node_assigned, ["default/s0b"]);
 }
+
+/// A full pass decides, besides the cached Services, every Service the node
+/// holds anything for: one not announced for a reason of the node (in its
+/// NodeBGPStatus summary) and gone from the cache is reached too.
+#[tokio::test]
+async fn tracked_services_include_those_held_for_a_reason_of_the_node() {
+    let mut h = Harness::new();
+    let mut unavailable = facts(&[("rack", "a")]);
+    unavailable.network_unavailable = true;
+    let out = h.node.load(parse(&config("", 50)), unavailable);
+    assert!(matches!(out.loaded, Loaded::Accepted));
+    let web = svc("web", "198.51.100.7");
+    let d = h
+        .node
+        .service("default/web", Some(&web), &slices("web"))
+        .unwrap();
+    assert_eq!(
+        d.result,
+        Err(speaker::decide::bgp::Reason::NodeNetworkUnavailable)
+    );
+    assert_eq!(h.node.announced().count(), 0);
+    assert_eq!(h.node.tracked().collect::<Vec<_>>(), ["default/web"]);
+    // Gone from the cache (deleted, or no longer a LoadBalancer): nothing held.
+    h.node.service("default/web", None, &[]).unwrap();
+    assert_eq!(h.node.tracked().count(), 0);
+}

@@ -2,7 +2,8 @@
 //! DaemonSet's hostNetwork Pods), the lab's API server, real routers (FRR in `router`,
 //! BIRD or GoBGP in `router2`). A LoadBalancer Service's address reaches both routers from every
 //! node, with its communities; advertisement node selectors restrict; deleting the
-//! Service withdraws; a silent link cut takes the node's session down within BFD's
+//! Service withdraws, and so does changing its type to ClusterIP (a deletion to the
+//! speakers, which watch LoadBalancer Services only); a silent link cut takes the node's session down within BFD's
 //! detection time and the router withdraws, BGP stays down while BFD is down and comes
 //! back with the link; `kubectl get bgpsessionstatuses,servicebgpstatuses` shows it all.
 //! Needs root (network namespaces); takes the test kit's serial lock.
@@ -455,6 +456,73 @@ spec: {{communities: ["64512:7"], nodeSelectors: [{{matchLabels: {{{rack}: b}}}}
             .all(|(peer, _)| peer != &plan::node_v4(3).to_string()),
         "node-3 still announces with NetworkUnavailable=True"
     );
+    wait_paths(frr, &prefix, 3, Duration::from_secs(10)).await?;
+
+    // No longer a LoadBalancer: the speakers watch LoadBalancer Services only, so to
+    // them it is a deletion (their log says `serviceDeleted`); withdrawn from every node,
+    // the status objects go. A LoadBalancer again (the API server cleared its address
+    // with the type change: patched back, as the controller would): announced again.
+    // (A type change away from LoadBalancer drops spec.loadBalancerClass too: given back.)
+    let class = (setup.lb_class.as_str() != "").then_some(setup.lb_class.as_str());
+    let set_type = |type_: &'static str| async move {
+        let class = if type_ == "LoadBalancer" { class } else { None };
+        lab.kubectl_ok(
+            &[
+                "-n",
+                ns,
+                "patch",
+                "svc",
+                "web",
+                "--type=merge",
+                "-p",
+                &json!({"spec": {"type": type_, "loadBalancerClass": class}}).to_string(),
+            ],
+            None,
+        )
+        .await
+    };
+    let t = Instant::now();
+    set_type("ClusterIP").await?;
+    wait_paths(frr, &prefix, 0, Duration::from_secs(10)).await?;
+    eprintln!(
+        "FRR: {prefix} withdrawn {:?} after the type change to ClusterIP",
+        t.elapsed()
+    );
+    wait_until(
+        "no ServiceBGPStatus of web",
+        Duration::from_secs(10),
+        || async {
+            let objs = list(lab, ns, "ServiceBGPStatus")
+                .await
+                .map_err(|e| e.to_string())?;
+            let n = objs
+                .iter()
+                .filter(|o| o.data["status"]["serviceName"] == "web")
+                .count();
+            if n == 0 {
+                Ok(())
+            } else {
+                Err(format!("{n} left"))
+            }
+        },
+    )
+    .await?;
+    set_type("LoadBalancer").await?;
+    lab.kubectl_ok(
+        &[
+            "-n",
+            ns,
+            "patch",
+            "svc",
+            "web",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &json!({"status": {"loadBalancer": {"ingress": [{"ip": IP}]}}}).to_string(),
+        ],
+        None,
+    )
+    .await?;
     wait_paths(frr, &prefix, 3, Duration::from_secs(10)).await?;
 
     // BFD: node-1's cable is cut silently; its session goes down within the detection
