@@ -117,6 +117,29 @@ async fn sessions(lab: &Lab, ns: &str) -> Result<Vec<(String, String, String)>> 
     Ok(out)
 }
 
+/// Waits (10 s) until no ServiceBGPStatus has `status.<field>` == `value`.
+async fn no_bgp_status(lab: &Lab, ns: &str, field: &str, value: &str) -> Result<()> {
+    wait_until(
+        &format!("no ServiceBGPStatus with {field} {value}"),
+        Duration::from_secs(10),
+        || async {
+            let objs = list(lab, ns, "ServiceBGPStatus")
+                .await
+                .map_err(|e| e.to_string())?;
+            let n = objs
+                .iter()
+                .filter(|o| o.data["status"][field] == value)
+                .count();
+            if n == 0 {
+                Ok(())
+            } else {
+                Err(format!("{n} left"))
+            }
+        },
+    )
+    .await
+}
+
 /// The `result` of `ConfigurationState speaker-node-1` becomes `want`.
 async fn wait_state(lab: &Lab, ns: &str, want: &str) -> Result<()> {
     wait_until(
@@ -488,25 +511,7 @@ spec: {{communities: ["64512:7"], nodeSelectors: [{{matchLabels: {{{rack}: b}}}}
         "FRR: {prefix} withdrawn {:?} after the type change to ClusterIP",
         t.elapsed()
     );
-    wait_until(
-        "no ServiceBGPStatus of web",
-        Duration::from_secs(10),
-        || async {
-            let objs = list(lab, ns, "ServiceBGPStatus")
-                .await
-                .map_err(|e| e.to_string())?;
-            let n = objs
-                .iter()
-                .filter(|o| o.data["status"]["serviceName"] == "web")
-                .count();
-            if n == 0 {
-                Ok(())
-            } else {
-                Err(format!("{n} left"))
-            }
-        },
-    )
-    .await?;
+    no_bgp_status(lab, ns, "serviceName", "web").await?;
     set_type("LoadBalancer").await?;
     lab.kubectl_ok(
         &[
@@ -622,25 +627,8 @@ spec: {{communities: ["64512:7"], nodeSelectors: [{{matchLabels: {{{rack}: b}}}}
         .await?;
     wait_paths(frr, &prefix, 0, Duration::from_secs(10)).await?;
     eprintln!("FRR: {prefix} withdrawn {:?} after the delete", t.elapsed());
-    wait_until(
-        "node-2's ServiceBGPStatus deleted (the killed speakers' stay: their Pods own them)",
-        Duration::from_secs(10),
-        || async {
-            let objs = list(lab, ns, "ServiceBGPStatus")
-                .await
-                .map_err(|e| e.to_string())?;
-            let n = objs
-                .iter()
-                .filter(|o| o.data["status"]["node"] == "node-2")
-                .count();
-            if n == 0 {
-                Ok(())
-            } else {
-                Err(format!("{n} left"))
-            }
-        },
-    )
-    .await?;
+    // (the killed speakers' stay: their Pods own them)
+    no_bgp_status(lab, ns, "node", "node-2").await?;
     let _ = lab
         .metallb(&lab.client, ns, "BGPPeer")
         .delete("router2", &DeleteParams::default())
