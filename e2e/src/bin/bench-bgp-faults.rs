@@ -51,7 +51,6 @@ use e2e::bench::Impl as Kind;
 use e2e::{Lab, NodeNetwork};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::networking::v1::ServiceCIDR;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
@@ -225,21 +224,10 @@ async fn run() -> Result<()> {
     let opts = parse_opts(lab.repo())?;
     // The lab's cluster IPs (203.0.113.128/25) hold 126 Services: an extra ServiceCIDR
     // from the benchmark range (API objects only). Removed at the end.
-    let cidrs = Api::<ServiceCIDR>::all(lab.client.clone());
-    if cidrs.get_opt(SERVICE_CIDR).await?.is_none() {
-        cidrs
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({
-                    "metadata": {"name": SERVICE_CIDR},
-                    "spec": {"cidrs": [SERVICE_CIDR_RANGE]},
-                }))?,
-            )
-            .await?;
-    }
-    let result = run_all(&lab, &opts).await;
-    let _ = cidrs.delete(SERVICE_CIDR, &DeleteParams::default()).await;
-    result
+    e2e::l2bench::with_service_cidr(&lab, SERVICE_CIDR, SERVICE_CIDR_RANGE, async || {
+        run_all(&lab, &opts).await
+    })
+    .await
 }
 
 async fn run_all(lab: &Lab, opts: &Opts) -> Result<()> {
