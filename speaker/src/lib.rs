@@ -23,6 +23,7 @@ pub mod decide;
 pub mod discovery;
 pub mod explain;
 pub mod flags;
+pub mod join;
 pub mod l2_edge;
 pub mod l2_speaker;
 pub mod liveness;
