@@ -123,7 +123,8 @@ impl Config {
 
 /// foca's LAN timers for `n` members (memberlist's LAN defaults: probe 1 s,
 /// RTT 500 ms, 3 indirect probes, suspicion 4 x max(1, log10 n) s, gossip
-/// 200 ms to 3), or its WAN ones, with packets sized for our framing.
+/// 200 ms to 3), or its WAN ones, with packets sized for our framing and
+/// memberlist's retransmissions ([`retransmit_limit`]).
 pub fn swim_config(n: u32, wan: bool) -> foca::Config {
     let n = NonZeroU32::new(n.max(1)).unwrap_or(NonZeroU32::MIN);
     let mut config = if wan {
@@ -131,6 +132,7 @@ pub fn swim_config(n: u32, wan: bool) -> foca::Config {
     } else {
         foca::Config::new_lan(n)
     };
+    config.max_transmissions = retransmit_limit(n.get(), 4);
     config.max_packet_size =
         std::num::NonZeroUsize::new(MAX_BODY).unwrap_or(config.max_packet_size);
     if !wan {
@@ -145,6 +147,20 @@ pub fn swim_config(n: u32, wan: bool) -> foca::Config {
         });
     }
     config
+}
+
+/// How many times each update (a suspicion, its refutation, a member down)
+/// is gossiped: memberlist's `retransmitLimit`, `mult x ceil(log10(n + 1))`
+/// (4 at 2-9 members, 8 at 10-99, 16 at 1,000-9,999). foca truncates
+/// `mult x log10(n + 1)` instead: 1 at two members, so a suspicion and its
+/// refutation travelled once each and one lost datagram let a live member
+/// be declared down; with two speakers and 5 % loss they declared each other
+/// down and renewed every 10-20 s (issue 24 item 4; simulation test
+/// `with_two_speakers_loss_declares_nobody_down`).
+pub fn retransmit_limit(n: u32, mult: u8) -> std::num::NonZeroU8 {
+    let scale = f64::from(n.saturating_add(1)).log10().ceil().max(1.0);
+    let limit = (f64::from(mult) * scale).min(f64::from(u8::MAX));
+    std::num::NonZeroU8::new(limit as u8).unwrap_or(std::num::NonZeroU8::MIN)
 }
 
 /// How often (LAN) two members held as Down are announced to.
@@ -930,7 +946,7 @@ impl Core {
                 break;
             }
             let timer = entry.remove();
-            if self.left {
+            if self.left || self.stale_suspicion(&timer) {
                 continue;
             }
             let result = self.foca.handle_timer(timer, &mut self.runtime);
@@ -1474,6 +1490,30 @@ impl Core {
             }
             _ => 0,
         }
+    }
+
+    /// A suspicion's timer that must not run: the member refuted it (a newer
+    /// incarnation), renewed its identity, or is gone. foca 2.0 does nothing
+    /// else then, except that it still sends the member `TurnUndead` (its
+    /// `apply_existing_if` yields a summary whether or not the condition
+    /// held), and the member, told it is down, renews its identity: every
+    /// refuted suspicion became a rejoin 4 s later, which moved the addresses
+    /// of two speakers under 5 % loss every 10-20 s (issue 24 item 4;
+    /// simulation test `with_two_speakers_loss_declares_nobody_down`).
+    fn stale_suspicion(&self, timer: &foca::Timer<NodeId>) -> bool {
+        let foca::Timer::ChangeSuspectToDown {
+            member_id,
+            incarnation,
+            ..
+        } = timer
+        else {
+            return false;
+        };
+        // foca's condition (the incarnation suspected), and not Alive: a
+        // suspicion is refuted only by a newer incarnation
+        !self.foca.iter_membership_state().any(|m| {
+            m.id() == member_id && m.incarnation() == *incarnation && m.state() != State::Alive
+        })
     }
 
     /// Rounds after the first that span [`Config::direct_confirmation`].

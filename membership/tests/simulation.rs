@@ -1031,3 +1031,46 @@ fn a_join_asks_a_few_seeds_not_every_member() {
         (whole + 300 * MS) / MS
     );
 }
+
+/// Issue 24 item 4: two speakers under 5 % random loss for a minute (each
+/// datagram, both ways). A lost probe or ack makes foca suspect the other,
+/// which refutes at once; foca 2.0 still sent it `TurnUndead` when the
+/// suspicion's timer ran out 4 s later, and the refuted member renewed its
+/// identity: every 10-20 s one of the two "rejoined", its heartbeat session
+/// restarted, and now and then its watcher took its addresses for ~1 s
+/// (the lab: 1.0 s answered twice). Nobody may be declared down, renew, or
+/// lose the other from its live set.
+#[test]
+fn with_two_speakers_loss_declares_nobody_down() {
+    let mut rejoins = 0;
+    for seed in 0..6u64 {
+        let mut sim = watched_cluster(2, 300 + seed);
+        sim.watch(0, &[1]);
+        sim.run_for(2 * SEC);
+        let start = sim.now;
+        sim.loss = 0.05;
+        sim.run_for(60 * SEC);
+        sim.loss = 0.0;
+        sim.run_for(10 * SEC);
+        for i in 0..2 {
+            let bad: Vec<(u64, &Event)> = sim.nodes[i]
+                .events
+                .iter()
+                .filter(|(at, e)| {
+                    *at >= start
+                        && matches!(
+                            e,
+                            Event::Rejoined { .. }
+                                | Event::OwnerDown { .. }
+                                | Event::LiveChanged(_)
+                        )
+                })
+                .map(|(at, e)| ((at - start) / MS, e))
+                .collect();
+            rejoins += bad.len();
+            assert!(bad.is_empty(), "seed {seed} node {i}: {bad:?}");
+            assert_eq!(sim.nodes[i].core.live().len(), 2);
+        }
+    }
+    assert_eq!(rejoins, 0);
+}

@@ -39,6 +39,8 @@ pub struct Sim {
     pub jitter: u64,
     /// Directed links that drop everything.
     pub blocked: BTreeSet<(usize, usize)>,
+    /// Share of every datagram dropped at random (0.0: none).
+    pub loss: f64,
     /// Datagrams sent per node and kind since the last reset.
     pub sent: Vec<BTreeMap<Kind, u64>>,
     /// When set, every datagram sent.
@@ -86,6 +88,7 @@ impl Sim {
             latency: 200_000,
             jitter: 100_000,
             blocked: BTreeSet::new(),
+            loss: 0.0,
             sent: vec![BTreeMap::new(); n],
             record: None,
         }
@@ -203,6 +206,9 @@ impl Sim {
                         record.push((i, j, kind, datagram.clone()));
                     }
                     if self.blocked.contains(&(i, j)) {
+                        continue;
+                    }
+                    if self.loss > 0.0 && self.rng.random_bool(self.loss) {
                         continue;
                     }
                     let at = self.now + self.latency + self.rng.random_range(0..=self.jitter);
