@@ -56,6 +56,19 @@ impl ApiServer {
         Self::read_pid(&self.pid_file)
     }
 
+    /// The value of a `--name=value` argument of its command line.
+    pub fn arg(&self, name: &str) -> Option<&str> {
+        let prefix = format!("{name}=");
+        self.args.iter().find_map(|a| a.strip_prefix(&prefix))
+    }
+
+    /// Sets (or adds) a `--name=value` argument for the next [`ApiServer::start`].
+    pub fn set_arg(&mut self, name: &str, value: &str) {
+        let prefix = format!("{name}=");
+        self.args.retain(|a| !a.starts_with(&prefix));
+        self.args.push(format!("{name}={value}"));
+    }
+
     pub fn kill(&self) -> Result<()> {
         let pid = self.pid()?;
         kill_pid(pid, Signal::KILL);
