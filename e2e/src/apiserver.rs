@@ -80,6 +80,22 @@ impl ApiServer {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        // Its exe link goes (exit_mm) before its sockets close (exit_files): a start at
+        // once could find the port still taken ("bind: address already in use") and
+        // exit. Wait until the port is free.
+        let addr = self.arg("--bind-address").unwrap_or("127.0.0.1").to_owned();
+        let port: u16 = self
+            .arg("--secure-port")
+            .context("--secure-port")?
+            .parse()
+            .context("--secure-port")?;
+        while std::net::TcpListener::bind((addr.as_str(), port)).is_err() {
+            ensure!(
+                Instant::now() < deadline,
+                "kube-apiserver {pid} is gone but {addr}:{port} is still taken"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         Ok(())
     }
 
