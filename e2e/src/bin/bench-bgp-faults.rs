@@ -1346,10 +1346,13 @@ impl Bench<'_> {
         self.start_bird()
     }
 
-    /// BIRD out, FRR in.
+    /// BIRD out (its log kept aside), FRR in.
     fn swap_to_frr(&mut self) -> Result<()> {
         if let Some(b) = self.bird.take() {
             b.stop()?;
+            self.bird_runs += 1;
+            let keep = self.dir.join(format!("bird-{}.log", self.bird_runs));
+            let _ = std::fs::copy(self.bird_log(), keep);
         }
         self.start_frr()
     }
@@ -1881,6 +1884,21 @@ impl Bench<'_> {
         }
         if matches!(fault, Fault::RouterRestart | Fault::BirdRestart) {
             v["reannounce_ms"] = reannounce(&events, fault_us, &self.ips().await?);
+            // When each node's session came up again, from the restart.
+            let mut up = serde_json::Map::new();
+            for n in 1..=NODES {
+                let a = plan::node_v4(n).to_string();
+                let at = events
+                    .iter()
+                    .filter(|e| e.peer == a && e.event == Event::Up && e.at_us >= fault_us)
+                    .map(|e| e.at_us)
+                    .next_back();
+                up.insert(
+                    plan::node_name(n),
+                    json!(at.map(|t| (t - fault_us) as f64 / 1000.0)),
+                );
+            }
+            v["session_up_ms"] = Value::Object(up);
         }
         if fault == Fault::EtcdCompact {
             let (s, sp) = audit_count(
