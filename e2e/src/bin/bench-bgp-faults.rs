@@ -1922,74 +1922,16 @@ impl Bench<'_> {
             v["relists_controller_per"] = json!(cp);
         }
         if fault == Fault::LeaseLoss {
-            let mut seen: BTreeMap<&String, Vec<&String>> = BTreeMap::new();
-            for (name, ip) in &after {
-                seen.entry(ip).or_default().push(name);
-            }
-            let twice: Vec<String> = seen
-                .iter()
-                .filter(|(_, n)| n.len() > 1)
-                .map(|(ip, n)| format!("{ip}: {n:?}"))
-                .collect();
-            let mut bad = Vec::new();
-            if !twice.is_empty() {
-                bad.push(format!("addresses given twice: {twice:?}"));
-            }
-            if let (Some(steal), Some(seen_back)) =
-                (v["steal_us"].as_i64(), v["regain_us"].as_i64())
-            {
-                let reqs =
-                    audit_requests(&self.audit, audit_from, &self.controller_user, &WRITE_VERBS)?;
-                let ours_lease =
-                    |r: &&Audited| r.what == "leases" && r.name == LEASE_NAME && r.at_us >= steal;
-                // Back: its first successful write of the Lease after the steal (the
-                // bench's poll sees it some ms later); else when the bench saw it.
-                let regain = reqs
-                    .iter()
-                    .filter(ours_lease)
-                    .filter(|r| (200..300).contains(&r.code))
-                    .map(|r| r.at_us)
-                    .min()
-                    .unwrap_or(seen_back);
-                // Told: its first write of the Lease after the steal (a 409: renewal lost).
-                let learned = reqs
-                    .iter()
-                    .filter(ours_lease)
-                    .map(|r| r.at_us)
-                    .min()
-                    .unwrap_or(regain);
-                let others: Vec<&Audited> = reqs
-                    .iter()
-                    .filter(|r| r.what != "leases" && r.at_us >= steal && r.at_us < regain)
-                    .collect();
-                let after_learned = others.iter().filter(|r| r.at_us > learned).count();
-                let deadline = steal + RENEW_DEADLINE.as_micros() as i64;
-                let after_deadline = others.iter().filter(|r| r.at_us >= deadline).count();
-                v["regain_ms"] = json!((regain - steal) as f64 / 1000.0);
-                v["writes_after_steal"] = json!(others.len());
-                v["writes_after_failed_renewal"] = json!(after_learned);
-                v["last_write_after_steal_ms"] = json!(
-                    others
-                        .iter()
-                        .map(|r| (r.at_us - steal) as f64 / 1000.0)
-                        .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
-                );
-                v["learned_ms"] = json!((learned - steal) as f64 / 1000.0);
-                v["lease_writes_until_regain"] = json!(
-                    reqs.iter()
-                        .filter(ours_lease)
-                        .filter(|r| r.at_us <= regain)
-                        .map(|r| format!("{} {}", r.verb, r.code))
-                        .collect::<Vec<_>>()
-                );
-                // Writes after a failed renewal are still in the old term (it ends at the
-                // renew deadline, client-go's rule, or when the leader reads another
-                // holder): counted, not a violation.
-                if after_deadline > 0 {
-                    bad.push(format!(
-                        "{after_deadline} controller writes after the renew deadline"
-                    ));
-                }
+            let reqs =
+                audit_requests(&self.audit, audit_from, &self.controller_user, &WRITE_VERBS)?;
+            let (figures, bad) = lease_checks(
+                &after,
+                &reqs,
+                v["steal_us"].as_i64(),
+                v["regain_us"].as_i64(),
+            );
+            for (k, x) in figures {
+                v[k] = x;
             }
             if let Some(list) = v["violations"].as_array_mut() {
                 list.extend(bad.into_iter().map(Value::from));
@@ -2150,6 +2092,95 @@ impl Bench<'_> {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// lease-loss's checks, from the Services' addresses after the round and the
+/// controller's audited writes: figures, and violations (an address given twice; a write
+/// after the steal + the renew deadline before the controller holds the Lease again).
+/// `steal_us` / `seen_back_us` (when the bench took the Lease / saw it back) are `None`
+/// for MetalLB (no Lease).
+fn lease_checks(
+    ips: &BTreeMap<String, String>,
+    reqs: &[Audited],
+    steal_us: Option<i64>,
+    seen_back_us: Option<i64>,
+) -> (serde_json::Map<String, Value>, Vec<String>) {
+    let mut figures = serde_json::Map::new();
+    let mut bad = Vec::new();
+    let mut seen: BTreeMap<&String, Vec<&String>> = BTreeMap::new();
+    for (name, ip) in ips {
+        seen.entry(ip).or_default().push(name);
+    }
+    let twice: Vec<String> = seen
+        .iter()
+        .filter(|(_, n)| n.len() > 1)
+        .map(|(ip, n)| format!("{ip}: {n:?}"))
+        .collect();
+    if !twice.is_empty() {
+        bad.push(format!("addresses given twice: {twice:?}"));
+    }
+    let (Some(steal), Some(seen_back)) = (steal_us, seen_back_us) else {
+        return (figures, bad);
+    };
+    let ours_lease = |r: &&Audited| r.what == "leases" && r.name == LEASE_NAME && r.at_us >= steal;
+    // Back: its first successful write of the Lease after the steal (the bench's poll
+    // sees it some ms later); else when the bench saw it.
+    let regain = reqs
+        .iter()
+        .filter(ours_lease)
+        .filter(|r| (200..300).contains(&r.code))
+        .map(|r| r.at_us)
+        .min()
+        .unwrap_or(seen_back);
+    // Told: its first write of the Lease after the steal (a 409: renewal lost).
+    let learned = reqs
+        .iter()
+        .filter(ours_lease)
+        .map(|r| r.at_us)
+        .min()
+        .unwrap_or(regain);
+    let others: Vec<&Audited> = reqs
+        .iter()
+        .filter(|r| r.what != "leases" && r.at_us >= steal && r.at_us < regain)
+        .collect();
+    let after_learned = others.iter().filter(|r| r.at_us > learned).count();
+    let deadline = steal + RENEW_DEADLINE.as_micros() as i64;
+    let after_deadline = others.iter().filter(|r| r.at_us >= deadline).count();
+    figures.insert("regain_ms".into(), json!((regain - steal) as f64 / 1000.0));
+    figures.insert("writes_after_steal".into(), json!(others.len()));
+    figures.insert("writes_after_failed_renewal".into(), json!(after_learned));
+    figures.insert(
+        "last_write_after_steal_ms".into(),
+        json!(
+            others
+                .iter()
+                .map(|r| (r.at_us - steal) as f64 / 1000.0)
+                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+        ),
+    );
+    figures.insert(
+        "learned_ms".into(),
+        json!((learned - steal) as f64 / 1000.0),
+    );
+    figures.insert(
+        "lease_writes_until_regain".into(),
+        json!(
+            reqs.iter()
+                .filter(ours_lease)
+                .filter(|r| r.at_us <= regain)
+                .map(|r| format!("{} {}", r.verb, r.code))
+                .collect::<Vec<_>>()
+        ),
+    );
+    // Writes after a failed renewal are still in the old term (it ends at the renew
+    // deadline, client-go's rule, or when the leader reads another holder): counted, not
+    // a violation.
+    if after_deadline > 0 {
+        bad.push(format!(
+            "{after_deadline} controller writes after the renew deadline"
+        ));
+    }
+    (figures, bad)
 }
 
 fn ms(d: Duration) -> f64 {
@@ -2354,6 +2385,51 @@ mod tests {
             parse_bird_event("2026-11-29 12:30:02.000000 <TRACE> node1: State changed to start")
                 .is_none()
         );
+    }
+
+    #[test]
+    fn lease_checks_see_late_writes_and_double_addresses() {
+        let w = |at_s: f64, what: &str, name: &str, code: i64| Audited {
+            at_us: (at_s * 1e6) as i64,
+            verb: "update".into(),
+            what: what.into(),
+            name: name.into(),
+            code,
+        };
+        let ips: BTreeMap<String, String> = [("a", "198.51.100.1"), ("b", "198.51.100.2")]
+            .into_iter()
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+            .collect();
+        // Fenced: in-term writes, a 409, silence, the Lease back at 18 s, writes again.
+        let fenced = vec![
+            w(100.5, "services/status", "a", 200),
+            w(101.0, "leases", LEASE_NAME, 409),
+            w(101.5, "services/status", "b", 200),
+            w(118.0, "leases", LEASE_NAME, 200),
+            w(118.1, "services/status", "c", 200),
+        ];
+        let (f, bad) = lease_checks(&ips, &fenced, Some(100_000_000), Some(118_050_000));
+        assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!(f["regain_ms"], json!(18000.0));
+        assert_eq!(f["writes_after_steal"], json!(2));
+        assert_eq!(f["writes_after_failed_renewal"], json!(1));
+        assert_eq!(f["learned_ms"], json!(1000.0));
+        // Unfenced: a write 12 s after the steal, before the Lease is back; and one
+        // address given to two Services.
+        let mut late = fenced.clone();
+        late.insert(3, w(112.0, "services/status", "d", 200));
+        let mut twice = ips.clone();
+        twice.insert("c".into(), "198.51.100.1".into());
+        let (_, bad) = lease_checks(&twice, &late, Some(100_000_000), Some(118_050_000));
+        assert_eq!(bad.len(), 2, "{bad:?}");
+        assert!(bad[0].starts_with("addresses given twice"), "{bad:?}");
+        assert!(
+            bad[1].contains("1 controller writes after the renew deadline"),
+            "{bad:?}"
+        );
+        // MetalLB: no Lease, only the address check.
+        let (f, bad) = lease_checks(&ips, &late, None, None);
+        assert!(f.is_empty() && bad.is_empty());
     }
 
     #[test]
