@@ -56,6 +56,19 @@ impl ApiServer {
         Self::read_pid(&self.pid_file)
     }
 
+    /// The value of a `--name=value` argument of its command line.
+    pub fn arg(&self, name: &str) -> Option<&str> {
+        let prefix = format!("{name}=");
+        self.args.iter().find_map(|a| a.strip_prefix(&prefix))
+    }
+
+    /// Sets (or adds) a `--name=value` argument for the next [`ApiServer::start`].
+    pub fn set_arg(&mut self, name: &str, value: &str) {
+        let prefix = format!("{name}=");
+        self.args.retain(|a| !a.starts_with(&prefix));
+        self.args.push(format!("{name}={value}"));
+    }
+
     pub fn kill(&self) -> Result<()> {
         let pid = self.pid()?;
         kill_pid(pid, Signal::KILL);
@@ -64,6 +77,22 @@ impl ApiServer {
             ensure!(
                 Instant::now() < deadline,
                 "kube-apiserver {pid} did not die"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Its exe link goes (exit_mm) before its sockets close (exit_files): a start at
+        // once could find the port still taken ("bind: address already in use") and
+        // exit. Wait until the port is free.
+        let addr = self.arg("--bind-address").unwrap_or("127.0.0.1").to_owned();
+        let port: u16 = self
+            .arg("--secure-port")
+            .context("--secure-port")?
+            .parse()
+            .context("--secure-port")?;
+        while std::net::TcpListener::bind((addr.as_str(), port)).is_err() {
+            ensure!(
+                Instant::now() < deadline,
+                "kube-apiserver {pid} is gone but {addr}:{port} is still taken"
             );
             std::thread::sleep(Duration::from_millis(20));
         }

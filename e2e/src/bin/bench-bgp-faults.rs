@@ -22,7 +22,26 @@
 //! - `speaker-restart-api-down`: the API server SIGKILLed, node-1's speaker SIGKILLed
 //!   and started again at once, the API server started `--api-down-long` s later (ours
 //!   with graceful restart on the BGPPeer, the router in helper mode; MetalLB's native
-//!   mode refuses graceful restart and runs without).
+//!   mode refuses graceful restart and runs without);
+//! - `bird-restart`: the router is BIRD 2 for this fault (FRR stopped, BIRD started in
+//!   `router` with the same neighbors, timers and graceful-restart helper; the round
+//!   waits for every /32 at BIRD first), BIRD stopped and started again; re-announce is
+//!   from BIRD's session up to the last /32 of the node (BIRD's `debug protocols` trace);
+//!   FRR is back for the next fault;
+//! - `bfd-cut`: ours with a BFDProfile (100 ms x 3) on the BGPPeer and `neighbor X bfd
+//!   profile` at FRR (both stay on for later faults), then `cut`: the figure is the cut to
+//!   the router's session down. MetalLB's native mode has no BFD: its round is `cut` on
+//!   the hold timer;
+//! - `etcd-compact`: etcd compacted at its current revision, then the API server
+//!   SIGKILLed and started again at once, so that every watch resumes from a compacted
+//!   resourceVersion (410 Gone: list again); the restarted API server also audits lists,
+//!   so the re-lists per user are counted;
+//! - `lease-loss`: `LEASE_BURST` new Services, and once the controller has allocated the
+//!   first of them the bench takes its Lease (another holder, renewed now) before it
+//!   creates the rest; the controller must stop writing once it learns (its next renewal),
+//!   never write after its renew deadline, take the Lease back when it expires and
+//!   allocate the rest, no address twice. MetalLB's controller has no leader election:
+//!   its round is the burst alone.
 //!
 //! Per round: the router's withdrawals per node (bgpd's `debug bgp updates in` log) and
 //! session downs (`bgp log-neighbor-changes`), the router's prefix counts sampled every
@@ -34,9 +53,13 @@
 //! ServiceBGPStatus (one per node, naming the peer) and nothing else. Invariants
 //! (violations counted): for the API faults no withdrawal and no session down at the
 //! router, no IP moved, status converged, no write storm (more speaker writes than two
-//! per Service per node); for all faults, no stale route once converged.
+//! per Service per node); for all faults, no stale route once converged; lease-loss also
+//! no address given twice and no write of the controller after it learned of the loss or
+//! after its renew deadline, until it leads again. `etcd-compact` and `lease-loss` count
+//! as API faults.
 //! `--sabotage` SIGKILLs node-1's speaker in the middle of each API fault, to show that
-//! the checks see a withdrawal.
+//! the checks see a withdrawal, and (with lease-loss) starts our controller on another
+//! Lease than the one lease-loss takes, unfenced: the checks must see its writes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Seek, SeekFrom};
@@ -49,15 +72,19 @@ use anyhow::{Context, Result, bail, ensure};
 use e2e::apiserver::{ApiServer, wait_api};
 use e2e::bench::Impl as Kind;
 use e2e::{Lab, NodeNetwork};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use testkit::apiproxy::ApiProxy;
 use testkit::netns::Netns;
 use testkit::process::{Signal, kill_pid};
-use testkit::{Frr, FrrConfig, FrrNeighbor, LabOptions, NsChild, plan};
+use testkit::{
+    Bird, BirdConfig, BirdNeighbor, Frr, FrrConfig, FrrNeighbor, LabOptions, NsChild, plan,
+};
 
 const USAGE: &str = "\
 usage: bench-bgp-faults [--impl ours|metallb|both] [--rounds R] [--freeze-rounds R]
@@ -71,13 +98,15 @@ tools), MetalLB's controller and speaker (native BGP) as the anchor in the same 
   --rounds R        rounds of each fault (default 3)
   --freeze-rounds R rounds of api-freeze (default 1)
   --faults LIST     default quiet,api-kill,api-freeze,router-restart,cut,flap,
-                    speaker-restart-api-down
+                    speaker-restart-api-down,bird-restart,bfd-cut,etcd-compact,
+                    lease-loss
   --services N      LoadBalancer Services (default 20, at most 100)
   --api-down SECS   how long api-kill keeps the API server down (default 10)
   --freeze SECS     how long api-freeze stops it (default 60)
   --api-down-long SECS  speaker-restart-api-down's outage (default 20)
   --sabotage        SIGKILL node-1's speaker during each API fault (the checks must
-                    then report withdrawals)
+                    then report withdrawals); with lease-loss, our controller holds
+                    another Lease (unfenced: the checks must report its writes)
   --ours-bin        directory of our controller and speaker (default
                     $CARGO_TARGET_DIR/release, else <repo>/target/release)
   --metallb-bin     directory of MetalLB's (default: lab/build-metallb bindir)
@@ -90,6 +119,18 @@ const SERVICE_CIDR_RANGE: &str = "198.18.192.0/20";
 /// The BGPPeer's and the router's hold time and keepalive.
 const HOLD_S: u32 = 9;
 const KEEPALIVE_S: u32 = 3;
+/// Services created by each lease-loss round (they stay).
+const LEASE_BURST: usize = 30;
+/// Our controller's Lease and the holder the bench writes into it.
+const LEASE_NAME: &str = "metallb-rs-controller";
+const THIEF: &str = "bench-bgp-faults-thief";
+/// With `--sabotage`, our controller holds this Lease instead (lease-loss takes the
+/// other one, which it ignores: the checks must see its writes).
+const SABOTAGE_LEASE: &str = "bench-bgp-faults-sabotage";
+/// Our controller's renew deadline (client-go's default): no write after it.
+const RENEW_DEADLINE: Duration = Duration::from_secs(10);
+/// The BFD profile of bfd-cut (ms, ms, multiplier).
+const BFD: (u32, u32, u32) = (100, 100, 3);
 /// Longest wait for convergence after a fault.
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(180);
 /// Audit writes are counted until convergence plus this.
@@ -104,9 +145,13 @@ enum Fault {
     Cut,
     Flap,
     SpeakerRestartApiDown,
+    BirdRestart,
+    BfdCut,
+    EtcdCompact,
+    LeaseLoss,
 }
 
-const ALL_FAULTS: [Fault; 7] = [
+const ALL_FAULTS: [Fault; 11] = [
     Fault::Quiet,
     Fault::ApiKill,
     Fault::ApiFreeze,
@@ -114,6 +159,10 @@ const ALL_FAULTS: [Fault; 7] = [
     Fault::Cut,
     Fault::Flap,
     Fault::SpeakerRestartApiDown,
+    Fault::BirdRestart,
+    Fault::BfdCut,
+    Fault::EtcdCompact,
+    Fault::LeaseLoss,
 ];
 
 impl Fault {
@@ -126,6 +175,10 @@ impl Fault {
             Fault::Cut => "cut",
             Fault::Flap => "flap",
             Fault::SpeakerRestartApiDown => "speaker-restart-api-down",
+            Fault::BirdRestart => "bird-restart",
+            Fault::BfdCut => "bfd-cut",
+            Fault::EtcdCompact => "etcd-compact",
+            Fault::LeaseLoss => "lease-loss",
         }
     }
 
@@ -138,7 +191,14 @@ impl Fault {
 
     /// Only the API server is away: nothing may be withdrawn.
     fn api_only(self) -> bool {
-        matches!(self, Fault::Quiet | Fault::ApiKill | Fault::ApiFreeze)
+        matches!(
+            self,
+            Fault::Quiet
+                | Fault::ApiKill
+                | Fault::ApiFreeze
+                | Fault::EtcdCompact
+                | Fault::LeaseLoss
+        )
     }
 }
 
@@ -202,6 +262,21 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
     );
     ensure!(o.rounds >= 1 && o.rounds <= 30, "--rounds 1 to 30");
     ensure!(o.freeze <= Duration::from_secs(300), "--freeze at most 300");
+    let rounds_of = |f: Fault| {
+        if f == Fault::ApiFreeze {
+            o.freeze_rounds
+        } else {
+            o.rounds
+        }
+    };
+    let probes: usize = o.faults.iter().map(|&f| rounds_of(f)).sum();
+    let bursts = o.faults.iter().filter(|&&f| f == Fault::LeaseLoss).count() * o.rounds;
+    ensure!(
+        o.services + probes + bursts * LEASE_BURST <= 250,
+        "{} Services + {probes} probes + {bursts} x {LEASE_BURST} lease-loss Services: more \
+         than the pool (a /24) holds",
+        o.services
+    );
     o.ours_bin = e2e::bench::ours_bin_dir(repo, ours_bin);
     o.metallb_bin = e2e::bench::metallb_bin_dir(repo, metallb_bin)?;
     Ok(o)
@@ -357,11 +432,54 @@ fn parse_event(line: &str) -> Option<Logged> {
     })
 }
 
+/// BIRD's protocol name for node `n`.
+fn bird_proto(n: usize) -> String {
+    format!("node{n}")
+}
+
+/// What BIRD traced about a neighbor (`debug protocols { states, routes }`, `timeformat
+/// log "%F %T.%6f"`): `2026-11-29 12:00:01.123456 <TRACE> node1: State changed to up`,
+/// `... <TRACE> node1.ipv4 > added [best] 198.51.100.7/32 unicast`, `... > removed ...`.
+fn parse_bird_event(line: &str) -> Option<Logged> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at_us = parse_ts(words.first()?, words.get(1)?)?;
+    let i = words.iter().position(|w| *w == "<TRACE>")?;
+    let proto = words.get(i + 1)?;
+    let name = proto.trim_end_matches(':');
+    let name = name.split('.').next()?;
+    let n: usize = name.strip_prefix("node")?.parse().ok()?;
+    let peer = plan::node_v4(n).to_string();
+    let rest = &words[i + 2..];
+    if rest.starts_with(&["State", "changed", "to"]) {
+        let event = match rest.get(3) {
+            Some(&"up") => Event::Up,
+            Some(&"down") => Event::Down,
+            _ => return None,
+        };
+        return Some(Logged { at_us, peer, event });
+    }
+    if rest.first() != Some(&">") {
+        return None;
+    }
+    let prefix = rest
+        .iter()
+        .find(|w| w.contains('/') && w.starts_with(|c: char| c.is_ascii_digit()))?
+        .to_string();
+    let event = match rest.get(1) {
+        Some(&"added") | Some(&"updated") => Event::Rcvd(prefix),
+        Some(&"removed") => Event::Withdrawn(prefix),
+        _ => return None,
+    };
+    Some(Logged { at_us, peer, event })
+}
+
 /// Reads a growing text file from an offset.
 struct Tail {
     path: PathBuf,
     offset: u64,
     partial: String,
+    /// BIRD's trace, else bgpd's log.
+    bird: bool,
 }
 
 impl Tail {
@@ -371,6 +489,7 @@ impl Tail {
             path: path.to_path_buf(),
             offset,
             partial: String::new(),
+            bird: false,
         }
     }
 
@@ -396,9 +515,16 @@ impl Tail {
     }
 
     fn events(&mut self) -> Vec<Logged> {
-        self.lines().iter().filter_map(|l| parse_event(l)).collect()
+        let parse = if self.bird {
+            parse_bird_event
+        } else {
+            parse_event
+        };
+        self.lines().iter().filter_map(|l| parse(l)).collect()
     }
 }
+
+const WRITE_VERBS: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
 
 /// Writes of `user` in the audit log from byte `from`, between two instants (µs).
 fn audit_writes(
@@ -407,6 +533,67 @@ fn audit_writes(
     user: &str,
     from_us: i64,
     to_us: i64,
+) -> Result<(usize, BTreeMap<String, usize>)> {
+    audit_count(path, from, user, from_us, to_us, &WRITE_VERBS)
+}
+
+/// One audited request: when (µs), verb, resource(/subresource), response code.
+#[derive(Clone, Debug)]
+struct Audited {
+    at_us: i64,
+    verb: String,
+    what: String,
+    name: String,
+    code: i64,
+}
+
+/// The requests of `user` with one of `verbs` in the audit log from byte `from`.
+fn audit_requests(path: &Path, from: u64, user: &str, verbs: &[&str]) -> Result<Vec<Audited>> {
+    let mut f = std::fs::File::open(path)?;
+    f.seek(SeekFrom::Start(from))?;
+    let mut text = String::new();
+    f.read_to_string(&mut text)?;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let verb = v["verb"].as_str().unwrap_or_default();
+        if v["stage"] != "ResponseComplete"
+            || v["user"]["username"] != user
+            || !verbs.contains(&verb)
+        {
+            continue;
+        }
+        let at_us = v["requestReceivedTimestamp"]
+            .as_str()
+            .and_then(|t| t.split_once('T'))
+            .and_then(|(d, t)| parse_ts(d, t))
+            .unwrap_or(0);
+        let o = &v["objectRef"];
+        let mut what = o["resource"].as_str().unwrap_or_default().to_owned();
+        if let Some(sub) = o["subresource"].as_str() {
+            what = format!("{what}/{sub}");
+        }
+        out.push(Audited {
+            at_us,
+            verb: verb.to_owned(),
+            what,
+            name: o["name"].as_str().unwrap_or_default().to_owned(),
+            code: v["responseStatus"]["code"].as_i64().unwrap_or(0),
+        });
+    }
+    Ok(out)
+}
+
+/// Requests of `user` with one of `verbs` between two instants (µs), and per kind.
+fn audit_count(
+    path: &Path,
+    from: u64,
+    user: &str,
+    from_us: i64,
+    to_us: i64,
+    verbs: &[&str],
 ) -> Result<(usize, BTreeMap<String, usize>)> {
     let mut f = std::fs::File::open(path)?;
     f.seek(SeekFrom::Start(from))?;
@@ -418,7 +605,10 @@ fn audit_writes(
         let Ok(v) = serde_json::from_str::<Value>(line) else {
             continue;
         };
-        if v["stage"] != "ResponseComplete" || v["user"]["username"] != user {
+        if v["stage"] != "ResponseComplete"
+            || v["user"]["username"] != user
+            || !verbs.contains(&v["verb"].as_str().unwrap_or_default())
+        {
             continue;
         }
         let at = v["requestReceivedTimestamp"]
@@ -464,6 +654,66 @@ fn router_config(log: &Path, graceful: bool) -> FrrConfig {
         c = c.neighbor(nb);
     }
     c
+}
+
+/// BIRD in `router` as FRR is configured (same neighbors, timers, graceful-restart
+/// helper), tracing session states and routes to `log` with microseconds.
+fn bird_config(log: &Path, graceful: bool) -> Result<String> {
+    let mut c = BirdConfig::new(plan::ROUTER_AS, plan::ROUTER_V4);
+    for n in 1..=NODES {
+        let mut nb = BirdNeighbor::new(&bird_proto(n), plan::node_v4(n).into(), plan::NODE_AS)
+            .timers(HOLD_S, KEEPALIVE_S);
+        if graceful {
+            nb = nb.graceful_restart();
+        }
+        c = c.neighbor(nb);
+    }
+    c.validate()?;
+    let text = c.render(log);
+    let anchor = "timeformat protocol iso long;\n";
+    ensure!(text.contains(anchor), "BIRD config without {anchor:?}");
+    Ok(text.replacen(
+        anchor,
+        &format!("{anchor}timeformat log \"%F %T.%6f\";\ndebug protocols {{ states, routes }};\n"),
+        1,
+    ))
+}
+
+/// POSTs to etcd's JSON gateway (the lab's etcd: plain HTTP on 127.0.0.1).
+fn etcd_post(endpoint: &str, path: &str, body: &Value) -> Result<Value> {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "30", "-X", "POST"])
+        .arg(format!("{endpoint}{path}"))
+        .arg("-d")
+        .arg(body.to_string())
+        .output()
+        .context("curl")?;
+    ensure!(
+        out.status.success(),
+        "etcd {path}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("etcd {path}: {}", String::from_utf8_lossy(&out.stdout)))?;
+    ensure!(
+        v.get("error").is_none() && v.get("code").is_none(),
+        "etcd {path}: {v}"
+    );
+    Ok(v)
+}
+
+/// etcd's current revision.
+fn etcd_revision(endpoint: &str) -> Result<i64> {
+    let v = etcd_post(
+        endpoint,
+        "/v3/kv/range",
+        &json!({"key": "AA==", "limit": 1}),
+    )?;
+    let r = &v["header"]["revision"];
+    r.as_str()
+        .and_then(|s| s.parse().ok())
+        .or_else(|| r.as_i64())
+        .with_context(|| format!("no revision in {v}"))
 }
 
 /// The router's view, read with vtysh from any thread.
@@ -634,6 +884,13 @@ struct Bench<'a> {
     api: ApiServer,
     probes: usize,
     speaker_exits: usize,
+    /// BIRD in `router` instead of FRR (bird-restart rounds).
+    bird: Option<Bird>,
+    bird_runs: usize,
+    /// Services created by lease-loss rounds.
+    extra_services: usize,
+    /// The API server was restarted with lists in its audit policy.
+    lists_audited: bool,
 }
 
 async fn bench(
@@ -702,6 +959,10 @@ async fn bench(
         api: ApiServer::new(lab)?,
         probes: 0,
         speaker_exits: 0,
+        bird: None,
+        bird_runs: 0,
+        extra_services: 0,
+        lists_audited: false,
     };
     let result = bench.run(controller_bin, opts).await;
     // Teardown, whatever happened (the API server is up again: every fault restores it).
@@ -740,8 +1001,11 @@ async fn bench(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let Bench { net, frr, .. } = bench;
+    let Bench { net, frr, bird, .. } = bench;
     tokio::task::block_in_place(move || {
+        if let Some(b) = bird {
+            let _ = b.stop();
+        }
         if let Some(f) = frr {
             let _ = f.stop();
         }
@@ -897,9 +1161,7 @@ impl Bench<'_> {
             )));
         }
         let expected: BTreeSet<String> = ips.values().map(|ip| format!("{ip}/32")).collect();
-        let view = self.view();
-        let (summary, table) =
-            tokio::task::block_in_place(|| anyhow::Ok((view.summary()?, view.table()?)))?;
+        let (summary, table) = tokio::task::block_in_place(|| self.router_state())?;
         for n in 1..=NODES {
             let a = plan::node_v4(n).to_string();
             let state = summary.get(&a).map(|s| s.0.as_str()).unwrap_or("absent");
@@ -1004,7 +1266,234 @@ impl Bench<'_> {
     }
 
     fn want(&self, opts: &Opts) -> usize {
-        opts.services + self.probes
+        opts.services + self.probes + self.extra_services
+    }
+
+    /// (state, prefixes received) and the prefixes per neighbor address, from FRR or,
+    /// in a bird-restart round, from BIRD.
+    #[allow(clippy::type_complexity)]
+    fn router_state(
+        &self,
+    ) -> Result<(
+        BTreeMap<String, (String, u64)>,
+        BTreeMap<String, BTreeSet<String>>,
+    )> {
+        let Some(bird) = &self.bird else {
+            let view = self.view();
+            return Ok((view.summary()?, view.table()?));
+        };
+        let mut summary = BTreeMap::new();
+        for p in bird.protocols()?.into_iter().filter(|p| p.proto == "BGP") {
+            if let Some(a) = p.neighbor_address.clone() {
+                summary.insert(a, (p.bgp_state.clone().unwrap_or(p.info.clone()), 0));
+            }
+        }
+        let mut table: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for r in bird.routes()? {
+            if let Some(n) = (1..=NODES).find(|&n| bird_proto(n) == r.protocol) {
+                table
+                    .entry(plan::node_v4(n).to_string())
+                    .or_default()
+                    .insert(r.prefix);
+            }
+        }
+        Ok((summary, table))
+    }
+
+    fn bird_log(&self) -> PathBuf {
+        self.net.net.ns("router").state_dir().join("bird/bird.log")
+    }
+
+    /// Starts BIRD in `router` (its earlier log kept aside).
+    fn start_bird(&mut self) -> Result<()> {
+        let ns = self.net.net.ns("router").clone();
+        let dir = ns.state_dir().join("bird");
+        if dir.exists() {
+            self.bird_runs += 1;
+            let keep = self.dir.join(format!("bird-{}.log", self.bird_runs));
+            let _ = std::fs::copy(dir.join("bird.log"), keep);
+            std::fs::remove_dir_all(&dir)?;
+        }
+        let text = bird_config(&dir.join("bird.log"), self.graceful)?;
+        self.bird = Some(Bird::start_raw(&ns, &text).context("BIRD in router")?);
+        Ok(())
+    }
+
+    /// Starts FRR in `router` (its earlier log kept aside).
+    fn start_frr(&mut self) -> Result<()> {
+        let dir = self.net.net.ns("router").state_dir().join("frr");
+        if dir.exists() {
+            self.router_restarts += 1;
+            let keep = self
+                .dir
+                .join(format!("router-{}.log", self.router_restarts));
+            let _ = std::fs::copy(dir.join("bench.log"), keep);
+            std::fs::remove_dir_all(&dir)?;
+        }
+        let frr = Frr::start(
+            self.net.net.ns("router"),
+            &router_config(&self.router_log(), self.graceful),
+        )?;
+        self.frr = Some(frr);
+        Ok(())
+    }
+
+    /// FRR out, BIRD in.
+    fn swap_to_bird(&mut self) -> Result<()> {
+        if let Some(f) = self.frr.take() {
+            f.stop()?;
+        }
+        self.start_bird()
+    }
+
+    /// BIRD out (its log kept aside), FRR in.
+    fn swap_to_frr(&mut self) -> Result<()> {
+        if let Some(b) = self.bird.take() {
+            b.stop()?;
+            self.bird_runs += 1;
+            let keep = self.dir.join(format!("bird-{}.log", self.bird_runs));
+            let _ = std::fs::copy(self.bird_log(), keep);
+        }
+        self.start_frr()
+    }
+
+    /// Stops BIRD, keeps its log aside, starts it again with the same configuration.
+    fn restart_bird(&mut self, tail: &mut Tail, events: &mut Vec<Logged>) -> Result<()> {
+        events.extend(tail.events());
+        if let Some(b) = self.bird.take() {
+            b.stop()?;
+        }
+        self.start_bird()?;
+        *tail = Tail {
+            path: self.bird_log(),
+            offset: 0,
+            partial: String::new(),
+            bird: true,
+        };
+        Ok(())
+    }
+
+    /// Ours: a BFDProfile on the BGPPeer and `neighbor X bfd profile` at FRR, then every
+    /// node's BFD session up at the router.
+    async fn enable_bfd(&mut self) -> Result<()> {
+        let (rx, tx, mult) = BFD;
+        let profile = "bench-bfd";
+        let existing = self.metallb("BFDProfile").get_opt(profile).await?;
+        if existing.is_none() {
+            self.create_metallb(
+                "BFDProfile",
+                profile,
+                json!({"receiveInterval": rx, "transmitInterval": tx, "detectMultiplier": mult}),
+            )
+            .await?;
+        }
+        self.metallb("BGPPeer")
+            .patch(
+                "router",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"bfdProfile": profile}})),
+            )
+            .await
+            .context("BGPPeer bfdProfile")?;
+        let frr = self.frr.as_ref().context("FRR is not running")?;
+        let mut lines = vec![
+            "bfd".to_owned(),
+            format!("profile {profile}"),
+            format!("receive-interval {rx}"),
+            format!("transmit-interval {tx}"),
+            format!("detect-multiplier {mult}"),
+            "exit".to_owned(),
+            "exit".to_owned(),
+            format!("router bgp {}", plan::ROUTER_AS),
+        ];
+        for n in 1..=NODES {
+            lines.push(format!(
+                "neighbor {} bfd profile {profile}",
+                plan::node_v4(n)
+            ));
+        }
+        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+        tokio::task::block_in_place(|| {
+            frr.configure(&refs)?;
+            for n in 1..=NODES {
+                frr.wait_bfd_status(plan::node_v4(n).into(), "up", Duration::from_secs(60))?;
+            }
+            anyhow::Ok(())
+        })
+    }
+
+    /// Every node's BFD session up at the router on the profile's timers, for 3 s on end.
+    async fn wait_bfd_settled(&self) -> Result<()> {
+        let frr = self.frr.as_ref().context("FRR is not running")?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut since: Option<Instant> = None;
+        loop {
+            let peers = tokio::task::block_in_place(|| frr.bfd_peers())?;
+            let ok = (1..=NODES).all(|n| {
+                let a = plan::node_v4(n).to_string();
+                peers.iter().any(|p| {
+                    p.peer == a
+                        && p.status == "up"
+                        && p.transmit_interval_ms == Some(u64::from(BFD.1))
+                        && p.remote_transmit_interval_ms == Some(u64::from(BFD.0))
+                })
+            });
+            match (ok, since) {
+                (true, Some(t)) if t.elapsed() >= Duration::from_secs(3) => return Ok(()),
+                (true, None) => since = Some(Instant::now()),
+                (false, _) => since = None,
+                _ => {}
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "BFD not settled at the router: {:?}",
+                peers
+                    .iter()
+                    .map(|p| (
+                        &p.peer,
+                        &p.status,
+                        p.transmit_interval_ms,
+                        p.remote_transmit_interval_ms
+                    ))
+                    .collect::<Vec<_>>()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Cuts node-1's cable until the router's session with it is down, + 2 s; records
+    /// the time from the cut to the session down as `hold_expiry_ms` (BFD or hold timer).
+    async fn cut_node1(
+        &mut self,
+        tail: &mut Tail,
+        events: &mut Vec<Logged>,
+        extra: &mut serde_json::Map<String, Value>,
+        fault_us: i64,
+    ) -> Result<Instant> {
+        let cut = self.net.net.cut_cable(&plan::node_name(1))?;
+        let a = plan::node_v4(1).to_string();
+        let deadline = Instant::now() + Duration::from_secs(u64::from(HOLD_S) * 3);
+        let down = loop {
+            events.extend(tail.events());
+            if let Some(e) = events
+                .iter()
+                .find(|e| e.peer == a && e.event == Event::Down)
+            {
+                break e.at_us;
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "the router never saw node-1's session go down"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        extra.insert(
+            "hold_expiry_ms".into(),
+            json!((down - fault_us) as f64 / 1000.0),
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        cut.restore()?;
+        Ok(Instant::now())
     }
 
     async fn run(&mut self, controller_bin: &Path, opts: &Opts) -> Result<Value> {
@@ -1059,6 +1548,10 @@ impl Bench<'_> {
                     "--port",
                     "0",
                 ]);
+                if opts.sabotage && opts.faults.contains(&Fault::LeaseLoss) {
+                    // Unfenced: it holds another Lease than the one lease-loss takes.
+                    cmd.args(["--leader-elect-resource-name", SABOTAGE_LEASE]);
+                }
             }
             Kind::Metallb => {
                 cmd.args([
@@ -1120,6 +1613,32 @@ impl Bench<'_> {
     }
 
     async fn round(&mut self, fault: Fault, opts: &Opts) -> Result<Value> {
+        let bfd = fault == Fault::BfdCut && self.kind == Kind::Ours;
+        if fault == Fault::BirdRestart {
+            tokio::task::block_in_place(|| self.swap_to_bird())?;
+        }
+        if bfd {
+            self.enable_bfd().await?;
+            // Enabling resets the sessions (ours restarts them for the new profile), and
+            // a fresh BFD session starts on slow timers (1 s): the cut must come once
+            // the sessions are up again and BFD is up on its 100 ms timers at the router.
+            self.wait_converged(self.want(opts), Duration::from_secs(120))
+                .await
+                .context("after enabling BFD")?;
+            self.wait_bfd_settled().await?;
+        }
+        let r = self.round_inner(fault, opts).await;
+        if fault == Fault::BirdRestart {
+            tokio::task::block_in_place(|| self.swap_to_frr())?;
+        }
+        let mut v = r?;
+        if fault == Fault::BfdCut {
+            v["bfd"] = json!(bfd.then(|| format!("{}ms x {}", BFD.0, BFD.2)));
+        }
+        Ok(v)
+    }
+
+    async fn round_inner(&mut self, fault: Fault, opts: &Opts) -> Result<Value> {
         self.wait_converged(self.want(opts), Duration::from_secs(120))
             .await
             .context("before the round")?;
@@ -1128,7 +1647,13 @@ impl Bench<'_> {
         };
         let audit_from = file_len(&self.audit);
         let exits_before = self.speaker_exits;
-        let mut tail = Tail::from_end(&self.router_log());
+        let mut tail = if self.bird.is_some() {
+            let mut t = Tail::from_end(&self.bird_log());
+            t.bird = true;
+            t
+        } else {
+            Tail::from_end(&self.router_log())
+        };
         let mut events: Vec<Logged> = Vec::new();
         let sampler = Sampler::start(
             self.view(),
@@ -1165,31 +1690,9 @@ impl Bench<'_> {
                 self.restart_router(&mut tail, &mut events)?;
                 Instant::now()
             }
-            Fault::Cut => {
-                let cut = self.net.net.cut_cable(&plan::node_name(1))?;
-                let a = plan::node_v4(1).to_string();
-                let deadline = Instant::now() + Duration::from_secs(u64::from(HOLD_S) * 3);
-                let down = loop {
-                    events.extend(tail.events());
-                    if let Some(e) = events
-                        .iter()
-                        .find(|e| e.peer == a && e.event == Event::Down)
-                    {
-                        break e.at_us;
-                    }
-                    ensure!(
-                        Instant::now() < deadline,
-                        "the router never saw node-1's session expire"
-                    );
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                };
-                extra.insert(
-                    "hold_expiry_ms".into(),
-                    json!((down - fault_us) as f64 / 1000.0),
-                );
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                cut.restore()?;
-                Instant::now()
+            Fault::Cut | Fault::BfdCut => {
+                self.cut_node1(&mut tail, &mut events, &mut extra, fault_us)
+                    .await?
             }
             Fault::Flap => {
                 let view = self.view();
@@ -1229,6 +1732,39 @@ impl Bench<'_> {
                 self.api.start()?;
                 wait_api(self.lab).await?
             }
+            Fault::BirdRestart => {
+                tokio::task::block_in_place(|| self.restart_bird(&mut tail, &mut events))?;
+                Instant::now()
+            }
+            Fault::EtcdCompact => {
+                let etcd = self
+                    .api
+                    .arg("--etcd-servers")
+                    .and_then(|e| e.split(',').next())
+                    .context("the API server's --etcd-servers")?
+                    .to_owned();
+                let rev = tokio::task::block_in_place(|| {
+                    let rev = etcd_revision(&etcd)?;
+                    etcd_post(
+                        &etcd,
+                        "/v3/kv/compaction",
+                        &json!({"revision": rev.to_string(), "physical": true}),
+                    )?;
+                    anyhow::Ok(rev)
+                })?;
+                extra.insert("compacted_revision".into(), json!(rev));
+                if !self.lists_audited {
+                    self.audit_lists()?;
+                }
+                self.api.kill()?;
+                self.sabotage(opts, Duration::from_millis(500)).await?;
+                let restart = Instant::now();
+                self.api.start()?;
+                let up = wait_api(self.lab).await?;
+                extra.insert("api_start_ms".into(), json!(ms(up.duration_since(restart))));
+                up
+            }
+            Fault::LeaseLoss => self.lease_loss(opts, &mut extra).await?,
         };
         // A probe Service created once the fault is undone: served again end to end.
         self.probes += 1;
@@ -1346,8 +1882,60 @@ impl Bench<'_> {
         for (k, x) in extra {
             v[k] = x;
         }
-        if fault == Fault::RouterRestart {
+        if matches!(fault, Fault::RouterRestart | Fault::BirdRestart) {
             v["reannounce_ms"] = reannounce(&events, fault_us, &self.ips().await?);
+            // When each node's session came up again, from the restart.
+            let mut up = serde_json::Map::new();
+            for n in 1..=NODES {
+                let a = plan::node_v4(n).to_string();
+                let at = events
+                    .iter()
+                    .filter(|e| e.peer == a && e.event == Event::Up && e.at_us >= fault_us)
+                    .map(|e| e.at_us)
+                    .next_back();
+                up.insert(
+                    plan::node_name(n),
+                    json!(at.map(|t| (t - fault_us) as f64 / 1000.0)),
+                );
+            }
+            v["session_up_ms"] = Value::Object(up);
+        }
+        if fault == Fault::EtcdCompact {
+            let (s, sp) = audit_count(
+                &self.audit,
+                audit_from,
+                &self.speaker_user,
+                fault_us,
+                done_us,
+                &["list"],
+            )?;
+            let (c, cp) = audit_count(
+                &self.audit,
+                audit_from,
+                &self.controller_user,
+                fault_us,
+                done_us,
+                &["list"],
+            )?;
+            v["relists"] = json!([s, c]);
+            v["relists_speakers_per"] = json!(sp);
+            v["relists_controller_per"] = json!(cp);
+        }
+        if fault == Fault::LeaseLoss {
+            let reqs =
+                audit_requests(&self.audit, audit_from, &self.controller_user, &WRITE_VERBS)?;
+            let (figures, bad) = lease_checks(
+                &after,
+                &reqs,
+                v["steal_us"].as_i64(),
+                v["regain_us"].as_i64(),
+            );
+            for (k, x) in figures {
+                v[k] = x;
+            }
+            if let Some(list) = v["violations"].as_array_mut() {
+                list.extend(bad.into_iter().map(Value::from));
+            }
         }
         Ok(v)
     }
@@ -1370,25 +1958,229 @@ impl Bench<'_> {
         if let Some(f) = self.frr.take() {
             f.stop()?;
         }
-        self.router_restarts += 1;
-        let dir = self.net.net.ns("router").state_dir().join("frr");
-        let keep = self
-            .dir
-            .join(format!("router-{}.log", self.router_restarts));
-        let _ = std::fs::copy(dir.join("bench.log"), keep);
-        std::fs::remove_dir_all(&dir)?;
-        let frr = Frr::start(
-            self.net.net.ns("router"),
-            &router_config(&self.router_log(), self.graceful),
-        )?;
-        self.frr = Some(frr);
+        self.start_frr()?;
         *tail = Tail {
             path: self.router_log(),
             offset: 0,
             partial: String::new(),
+            bird: false,
         };
         Ok(())
     }
+
+    /// The API server's audit policy with lists recorded too (metadata), for the next
+    /// start: the re-lists after etcd-compact are counted per user.
+    fn audit_lists(&mut self) -> Result<()> {
+        let cur = self
+            .api
+            .arg("--audit-policy-file")
+            .context("the API server's --audit-policy-file")?;
+        let text = std::fs::read_to_string(cur)?;
+        let anchor = "- level: None";
+        ensure!(text.contains(anchor), "audit policy without {anchor:?}");
+        let text = text.replacen(
+            anchor,
+            "- level: Metadata\n  verbs: [list]\n- level: None",
+            1,
+        );
+        let path = self.dir.join("audit-policy-lists.yaml");
+        std::fs::write(&path, text)?;
+        self.api
+            .set_arg("--audit-policy-file", path.to_str().context("path")?);
+        self.lists_audited = true;
+        Ok(())
+    }
+
+    /// lease-loss: `LEASE_BURST` Services; once the first third is being served, ours'
+    /// Lease is taken (another holder, renewed now), then the rest are created. Returns
+    /// when ours leads again (MetalLB: when the Services are created).
+    async fn lease_loss(
+        &mut self,
+        opts: &Opts,
+        extra: &mut serde_json::Map<String, Value>,
+    ) -> Result<Instant> {
+        let base = self.extra_services;
+        let names: Vec<String> = (0..LEASE_BURST)
+            .map(|i| format!("burst-{:03}", base + i))
+            .collect();
+        self.extra_services += LEASE_BURST;
+        let first = LEASE_BURST / 3;
+        for (i, name) in names.iter().enumerate().take(first) {
+            self.create_service(name, 1 + i % NODES).await?;
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let served = loop {
+            let ips = self.ips().await?;
+            let n = names.iter().filter(|n| ips.contains_key(*n)).count();
+            if n > 0 {
+                break n;
+            }
+            ensure!(Instant::now() < deadline, "no burst Service got an address");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        extra.insert("allocated_at_steal".into(), json!(served));
+        let leases = Api::<Lease>::namespaced(self.lab.client.clone(), &self.cfg_ns);
+        let mut steal_us = None;
+        if self.kind == Kind::Ours {
+            if opts.sabotage && leases.get_opt(LEASE_NAME).await?.is_none() {
+                // Nobody holds it: the bench makes it, for the controller to ignore.
+                let l: Lease = serde_json::from_value(json!({
+                    "metadata": {"name": LEASE_NAME, "namespace": self.cfg_ns},
+                    "spec": {"holderIdentity": "bench-sabotage", "leaseDurationSeconds": 15},
+                }))?;
+                leases.create(&PostParams::default(), &l).await?;
+            }
+            let mut l = leases
+                .get(LEASE_NAME)
+                .await
+                .context("the controller's Lease")?;
+            let spec = l.spec.get_or_insert_default();
+            extra.insert("holder".into(), json!(spec.holder_identity));
+            let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+            spec.holder_identity = Some(THIEF.into());
+            spec.acquire_time = Some(now.clone());
+            spec.renew_time = Some(now);
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+            leases
+                .replace(LEASE_NAME, &PostParams::default(), &l)
+                .await
+                .context("taking the Lease")?;
+            let at = now_us();
+            steal_us = Some(at);
+            extra.insert("steal_us".into(), json!(at));
+        }
+        let steal = Instant::now();
+        // Half of the rest at once (allocations in flight at the loss), half after the
+        // old term's renew deadline (nobody may allocate them until the Lease is back).
+        let second = first + (LEASE_BURST - first) / 2;
+        for (i, name) in names.iter().enumerate().take(second).skip(first) {
+            self.create_service(name, 1 + i % NODES).await?;
+        }
+        tokio::time::sleep(
+            (RENEW_DEADLINE + Duration::from_secs(1)).saturating_sub(steal.elapsed()),
+        )
+        .await;
+        for (i, name) in names.iter().enumerate().skip(second) {
+            self.create_service(name, 1 + i % NODES).await?;
+        }
+        if steal_us.is_none() {
+            return Ok(Instant::now());
+        }
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let mut l = leases.get(LEASE_NAME).await?;
+            if opts.sabotage && steal.elapsed() > Duration::from_secs(20) {
+                // The unfenced controller never takes it back: the bench hands it on.
+                if let Some(spec) = l.spec.as_mut() {
+                    spec.holder_identity = Some("bench-sabotage-returned".into());
+                }
+                l = leases
+                    .replace(LEASE_NAME, &PostParams::default(), &l)
+                    .await?;
+            }
+            let holder = l.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+            if holder != THIEF {
+                extra.insert("regain_us".into(), json!(now_us()));
+                extra.insert("regain_seen_ms".into(), json!(ms(steal.elapsed())));
+                extra.insert("new_holder".into(), json!(holder));
+                return Ok(Instant::now());
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "the controller never took its Lease back"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// lease-loss's checks, from the Services' addresses after the round and the
+/// controller's audited writes: figures, and violations (an address given twice; a write
+/// after the steal + the renew deadline before the controller holds the Lease again).
+/// `steal_us` / `seen_back_us` (when the bench took the Lease / saw it back) are `None`
+/// for MetalLB (no Lease).
+fn lease_checks(
+    ips: &BTreeMap<String, String>,
+    reqs: &[Audited],
+    steal_us: Option<i64>,
+    seen_back_us: Option<i64>,
+) -> (serde_json::Map<String, Value>, Vec<String>) {
+    let mut figures = serde_json::Map::new();
+    let mut bad = Vec::new();
+    let mut seen: BTreeMap<&String, Vec<&String>> = BTreeMap::new();
+    for (name, ip) in ips {
+        seen.entry(ip).or_default().push(name);
+    }
+    let twice: Vec<String> = seen
+        .iter()
+        .filter(|(_, n)| n.len() > 1)
+        .map(|(ip, n)| format!("{ip}: {n:?}"))
+        .collect();
+    if !twice.is_empty() {
+        bad.push(format!("addresses given twice: {twice:?}"));
+    }
+    let (Some(steal), Some(seen_back)) = (steal_us, seen_back_us) else {
+        return (figures, bad);
+    };
+    let ours_lease = |r: &&Audited| r.what == "leases" && r.name == LEASE_NAME && r.at_us >= steal;
+    // Back: its first successful write of the Lease after the steal (the bench's poll
+    // sees it some ms later); else when the bench saw it.
+    let regain = reqs
+        .iter()
+        .filter(ours_lease)
+        .filter(|r| (200..300).contains(&r.code))
+        .map(|r| r.at_us)
+        .min()
+        .unwrap_or(seen_back);
+    // Told: its first write of the Lease after the steal (a 409: renewal lost).
+    let learned = reqs
+        .iter()
+        .filter(ours_lease)
+        .map(|r| r.at_us)
+        .min()
+        .unwrap_or(regain);
+    let others: Vec<&Audited> = reqs
+        .iter()
+        .filter(|r| r.what != "leases" && r.at_us >= steal && r.at_us < regain)
+        .collect();
+    let after_learned = others.iter().filter(|r| r.at_us > learned).count();
+    let deadline = steal + RENEW_DEADLINE.as_micros() as i64;
+    let after_deadline = others.iter().filter(|r| r.at_us >= deadline).count();
+    figures.insert("regain_ms".into(), json!((regain - steal) as f64 / 1000.0));
+    figures.insert("writes_after_steal".into(), json!(others.len()));
+    figures.insert("writes_after_failed_renewal".into(), json!(after_learned));
+    figures.insert(
+        "last_write_after_steal_ms".into(),
+        json!(
+            others
+                .iter()
+                .map(|r| (r.at_us - steal) as f64 / 1000.0)
+                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+        ),
+    );
+    figures.insert(
+        "learned_ms".into(),
+        json!((learned - steal) as f64 / 1000.0),
+    );
+    figures.insert(
+        "lease_writes_until_regain".into(),
+        json!(
+            reqs.iter()
+                .filter(ours_lease)
+                .filter(|r| r.at_us <= regain)
+                .map(|r| format!("{} {}", r.verb, r.code))
+                .collect::<Vec<_>>()
+        ),
+    );
+    // Writes after a failed renewal are still in the old term (it ends at the renew
+    // deadline, client-go's rule, or when the leader reads another holder): counted, not
+    // a violation.
+    if after_deadline > 0 {
+        bad.push(format!(
+            "{after_deadline} controller writes after the renew deadline"
+        ));
+    }
+    (figures, bad)
 }
 
 fn ms(d: Duration) -> f64 {
@@ -1474,6 +2266,14 @@ fn summarise(rounds: &[Value]) -> Value {
         "reannounce_ms": med_max(reann),
         "node1_updates_rcvd": med_max(nums("node1_updates_rcvd")),
         "session_ups": med_max(nums("session_ups")),
+        "relists": rounds
+            .iter()
+            .filter_map(|r| r["relists"].as_array().cloned())
+            .collect::<Vec<_>>(),
+        "regain_ms": med_max(nums("regain_ms")),
+        "writes_after_steal": med_max(nums("writes_after_steal")),
+        "writes_after_failed_renewal": med_max(nums("writes_after_failed_renewal")),
+        "last_write_after_steal_ms": med_max(nums("last_write_after_steal_ms")),
     })
 }
 
@@ -1486,11 +2286,11 @@ fn table(rows: &[(&str, String, Value)]) -> String {
         }
     };
     let mut s = String::from(
-        "| impl | fault | rounds | violations | converge ms (median / max) | withdrawn | session downs | moved | speaker writes (median / max) | controller writes | hold expiry ms | re-announce ms | node-1 UPDATEs |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| impl | fault | rounds | violations | converge ms (median / max) | withdrawn | session downs | moved | speaker writes (median / max) | controller writes | cut -> session down ms | re-announce ms | node-1 UPDATEs | re-lists (speakers, controller) per round | Lease: regained ms / writes after the loss / last one ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (k, fault, v) in rows {
         s.push_str(&format!(
-            "| {k} | {fault} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {k} | {fault} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} |\n",
             v["rounds"],
             v["violations"],
             f(&v["converge_ms"]),
@@ -1502,6 +2302,10 @@ fn table(rows: &[(&str, String, Value)]) -> String {
             f(&v["hold_expiry_ms"]),
             f(&v["reannounce_ms"]),
             f(&v["node1_updates_rcvd"]),
+            v["relists"],
+            f(&v["regain_ms"]),
+            f(&v["writes_after_steal"]),
+            f(&v["last_write_after_steal_ms"]),
         ));
     }
     s
@@ -1552,6 +2356,80 @@ mod tests {
         let r = reannounce(&events, 0, &ips);
         assert_eq!(r["node-1"], json!(3.5));
         assert_eq!(r["node-2"], Value::Null);
+    }
+
+    #[test]
+    fn bird_trace_lines_are_parsed() {
+        let up = parse_bird_event("2026-11-29 12:30:01.123456 <TRACE> node2: State changed to up")
+            .unwrap();
+        assert_eq!((up.peer.as_str(), up.event), ("192.0.2.12", Event::Up));
+        let r = parse_bird_event(
+            "2026-11-29 12:30:01.123789 <TRACE> node2.ipv4 > added [best] 198.51.100.7/32 unicast",
+        )
+        .unwrap();
+        assert_eq!(r.event, Event::Rcvd("198.51.100.7/32".into()));
+        assert_eq!(r.at_us - up.at_us, 333);
+        let w = parse_bird_event(
+            "2026-11-29 12:30:02.000000 <TRACE> node1.ipv4 > removed [sole] 198.51.100.7/32 unicast",
+        )
+        .unwrap();
+        assert_eq!(
+            (w.peer.as_str(), w.event),
+            ("192.0.2.11", Event::Withdrawn("198.51.100.7/32".into()))
+        );
+        assert!(
+            parse_bird_event("2026-11-29 12:30:02.000000 <TRACE> static4: State changed to up")
+                .is_none()
+        );
+        assert!(
+            parse_bird_event("2026-11-29 12:30:02.000000 <TRACE> node1: State changed to start")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn lease_checks_see_late_writes_and_double_addresses() {
+        let w = |at_s: f64, what: &str, name: &str, code: i64| Audited {
+            at_us: (at_s * 1e6) as i64,
+            verb: "update".into(),
+            what: what.into(),
+            name: name.into(),
+            code,
+        };
+        let ips: BTreeMap<String, String> = [("a", "198.51.100.1"), ("b", "198.51.100.2")]
+            .into_iter()
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+            .collect();
+        // Fenced: in-term writes, a 409, silence, the Lease back at 18 s, writes again.
+        let fenced = vec![
+            w(100.5, "services/status", "a", 200),
+            w(101.0, "leases", LEASE_NAME, 409),
+            w(101.5, "services/status", "b", 200),
+            w(118.0, "leases", LEASE_NAME, 200),
+            w(118.1, "services/status", "c", 200),
+        ];
+        let (f, bad) = lease_checks(&ips, &fenced, Some(100_000_000), Some(118_050_000));
+        assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!(f["regain_ms"], json!(18000.0));
+        assert_eq!(f["writes_after_steal"], json!(2));
+        assert_eq!(f["writes_after_failed_renewal"], json!(1));
+        assert_eq!(f["learned_ms"], json!(1000.0));
+        // Unfenced: a write 12 s after the steal, before the Lease is back; and one
+        // address given to two Services.
+        let mut late = fenced.clone();
+        late.insert(3, w(112.0, "services/status", "d", 200));
+        let mut twice = ips.clone();
+        twice.insert("c".into(), "198.51.100.1".into());
+        let (_, bad) = lease_checks(&twice, &late, Some(100_000_000), Some(118_050_000));
+        assert_eq!(bad.len(), 2, "{bad:?}");
+        assert!(bad[0].starts_with("addresses given twice"), "{bad:?}");
+        assert!(
+            bad[1].contains("1 controller writes after the renew deadline"),
+            "{bad:?}"
+        );
+        // MetalLB: no Lease, only the address check.
+        let (f, bad) = lease_checks(&ips, &late, None, None);
+        assert!(f.is_empty() && bad.is_empty());
     }
 
     #[test]
