@@ -21,6 +21,7 @@ pub mod bgp_status;
 pub mod config_state;
 pub mod decide;
 pub mod discovery;
+pub mod driver;
 pub mod explain;
 pub mod flags;
 pub mod l2_edge;
