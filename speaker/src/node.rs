@@ -273,8 +273,8 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
 
     /// The live speakers, from the membership protocol (`None`: membership
     /// off, every known Node counts, MetalLB's "memberlist disabled").
-    /// Returns whether it changed (then every Service must be decided
-    /// again).
+    /// Returns whether it changed (then [`NodeSpeaker::decide_live`]
+    /// decides again the layer-2 Services it may change).
     pub fn set_live(&mut self, live: Option<BTreeSet<String>>) -> bool {
         if self.live == live {
             return false;
@@ -312,47 +312,55 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
         if self.tracker.running().is_none() || self.facts.is_none() {
             return Vec::new();
         }
-        // Names never seen in an election are in no order.
-        let ids: Option<std::collections::HashSet<u32>> = match &changed {
+        // The changed nodes by id (names never seen in an election are in
+        // no order).
+        let changed: Option<Vec<bool>> = match &changed {
             LiveChanged::All => None,
-            LiveChanged::Nodes(n) => Some(
-                n.iter()
-                    .filter_map(|n| self.names.ids.get(n).copied())
-                    .collect(),
-            ),
-        };
-        if ids.as_ref().is_some_and(|i| i.is_empty()) {
-            return Vec::new();
-        }
-        let mut first = Vec::new();
-        let mut rest = Vec::new();
-        for (key, c) in &self.l2_cache {
-            let hit = match &ids {
-                None => true,
-                Some(ids) => c.order.iter().any(|i| ids.contains(i)),
-            };
-            if !hit {
-                continue;
-            }
-            let owner_lost = c.elected.0.is_some_and(|w| !self.is_live(w));
-            if owner_lost {
-                first.push(key.clone());
-            } else {
-                rest.push(key.clone());
-            }
-        }
-        first
-            .into_iter()
-            .chain(rest)
-            .map(|key| {
-                let a = self.redecide_cached(&key, false).expect("cached");
-                LiveDecided {
-                    key,
-                    result: a.result,
-                    changed: a.changed,
+            LiveChanged::Nodes(n) => {
+                let mut by_id = vec![false; self.names.names.len()];
+                for id in n.iter().filter_map(|n| self.names.ids.get(n)) {
+                    by_id[*id as usize] = true;
                 }
+                if !by_id.contains(&true) {
+                    return Vec::new();
+                }
+                Some(by_id)
+            }
+        };
+        // The Services whose winner is gone first (the takeovers), before
+        // the scan of every cached order for the others.
+        let first: Vec<String> = self
+            .l2_cache
+            .iter()
+            .filter(|(_, c)| c.elected.0.is_some_and(|w| !self.is_live(w)))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut decided: Vec<LiveDecided> =
+            first.iter().map(|key| self.live_decided(key)).collect();
+        let first: BTreeSet<String> = first.into_iter().collect();
+        let rest: Vec<String> = self
+            .l2_cache
+            .iter()
+            .filter(|(k, c)| {
+                !first.contains(*k)
+                    && match &changed {
+                        None => true,
+                        Some(by_id) => c.order.iter().any(|i| by_id[*i as usize]),
+                    }
             })
-            .collect()
+            .map(|(k, _)| k.clone())
+            .collect();
+        decided.extend(rest.iter().map(|key| self.live_decided(key)));
+        decided
+    }
+
+    fn live_decided(&mut self, key: &str) -> LiveDecided {
+        let a = self.redecide_cached(key, false).expect("cached");
+        LiveDecided {
+            key: key.to_owned(),
+            result: a.result,
+            changed: a.changed,
+        }
     }
 
     /// Every Service was decided with the live speakers in force (a full
@@ -645,8 +653,8 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
 
     /// Keys of the Services this node holds anything for: announced (BGP or
     /// layer 2), next in line for (layer 2), or in its NodeBGPStatus
-    /// summary. A full pass decides these again besides the cached
-    /// Services, so that one gone from the cache while the watch was away
+    /// summary, or with a cached layer-2 election. A full pass decides these
+    /// again besides the cached Services, so that one gone from the cache while the watch was away
     /// (deleted, or no longer a LoadBalancer when the speaker watches those
     /// only) leaves nothing behind.
     pub fn tracked(&self) -> impl Iterator<Item = &str> {
