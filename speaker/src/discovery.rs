@@ -18,6 +18,10 @@ use tokio::sync::watch;
 pub const REFRESH: Duration = Duration::from_secs(300);
 /// Deadline of one list.
 pub const LIST_TIMEOUT: Duration = Duration::from_secs(10);
+/// First wait after a failed list, doubling to [`REFRESH`]: a speaker starting while
+/// its API server comes back (connection refused, then 403 while the RBAC loads) finds
+/// the others within its join wait (`crate::join`).
+pub const FIRST_RETRY: Duration = Duration::from_millis(500);
 
 #[derive(Debug, Error)]
 pub enum DiscoveryError {
@@ -91,7 +95,7 @@ pub fn seeds(ips: &[IpAddr], bind: SocketAddr) -> Vec<SocketAddr> {
 }
 
 /// Lists the speaker Pods now and every [`REFRESH`], publishing each new
-/// seed list on `out`. A failed list is retried after 5 s doubling to 5 min,
+/// seed list on `out`. A failed list is retried after [`FIRST_RETRY`] doubling to 5 min,
 /// with up to 20 % jitter; it ends when `out` has no receiver left or when
 /// `stop` completes.
 pub async fn run(
@@ -103,7 +107,7 @@ pub async fn run(
     stop: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(stop);
-    let mut backoff = Duration::from_secs(5);
+    let mut backoff = FIRST_RETRY;
     loop {
         let listed = tokio::select! {
             () = &mut stop => return,
@@ -118,7 +122,7 @@ pub async fn run(
                     *cur = Some(seeds);
                     changed
                 });
-                backoff = Duration::from_secs(5);
+                backoff = FIRST_RETRY;
                 REFRESH
             }
             Err(e) => {

@@ -27,6 +27,7 @@ pub mod discovery;
 pub mod driver;
 pub mod explain;
 pub mod flags;
+pub mod join;
 pub mod l2_edge;
 pub mod l2_speaker;
 pub mod liveness;

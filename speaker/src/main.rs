@@ -276,11 +276,6 @@ async fn start_membership(
     Ok(m)
 }
 
-/// How long a starting speaker waits to learn the other members before it decides
-/// layer-2 Services (MetalLB joins synchronously before its reconcilers run): without
-/// it, a restarted speaker alone in its own view would win every election at once.
-const INITIAL_JOIN_WAIT: Duration = Duration::from_secs(3);
-
 async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>) -> Result<()> {
     let ns = daemon::flags::namespace(&args.namespace)?;
     let node = args.node_name.clone();
@@ -603,37 +598,33 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
     outcome
 }
 
-/// Waits (at most [`INITIAL_JOIN_WAIT`]) until the first discovery has answered and, if
-/// it found other speakers, one of them is a member (a join exchanges the whole member
-/// list).
+/// Waits until this speaker has joined the other members (`speaker::join`), and says
+/// how.
 async fn wait_joined(
     m: &membership::Membership,
     seeds: &mut watch::Receiver<Option<Vec<std::net::SocketAddr>>>,
 ) {
     let started = std::time::Instant::now();
-    let mut live = m.live();
-    let joined = tokio::time::timeout(INITIAL_JOIN_WAIT, async {
-        let found = match seeds.wait_for(Option::is_some).await {
-            Ok(s) => s.clone().unwrap_or_default(),
-            Err(_) => return,
-        };
-        m.set_seeds(found.clone());
-        if found.is_empty() {
-            return;
-        }
-        let _ = live.wait_for(|l| l.len() > 1).await;
-    })
+    let how = speaker::join::wait_joined(
+        m.live(),
+        seeds,
+        |s| m.set_seeds(s),
+        speaker::join::INITIAL_JOIN_WAIT,
+    )
     .await;
     let members = m.live().borrow().clone();
-    match joined {
-        Ok(()) => tracing::info!(
+    let took_ms = started.elapsed().as_millis() as u64;
+    match how {
+        speaker::join::Joined::Members => {
+            tracing::info!(?members, took_ms, "membership joined")
+        }
+        speaker::join::Joined::Alone => {
+            tracing::info!(took_ms, "membership: no other speaker found")
+        }
+        speaker::join::Joined::TimedOut => tracing::warn!(
             ?members,
-            took_ms = started.elapsed().as_millis() as u64,
-            "membership joined"
-        ),
-        Err(_) => tracing::warn!(
-            ?members,
-            "no other speaker answered within {INITIAL_JOIN_WAIT:?}: deciding with the members known"
+            "no other speaker answered within {:?}: deciding with the members known",
+            speaker::join::INITIAL_JOIN_WAIT
         ),
     }
 }
