@@ -14,6 +14,9 @@
 //! - [`flags`]: MetalLB's `-flag` spelling next to `--flag`;
 //! - [`liveness`] and [`discovery`]: the live speakers, from the `membership`
 //!   crate, and the speaker Pods it joins (`--ml-labels`).
+//! - [`driver`]: the speaker's loop, with the cluster view, the membership, the
+//!   layer-2 responder and the effects behind seams (`tests/driver.rs` runs it
+//!   with fakes); the binary is its edge.
 
 pub mod bgp_edge;
 pub mod bgp_speaker;
@@ -21,6 +24,7 @@ pub mod bgp_status;
 pub mod config_state;
 pub mod decide;
 pub mod discovery;
+pub mod driver;
 pub mod explain;
 pub mod flags;
 pub mod join;

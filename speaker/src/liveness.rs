@@ -2,8 +2,9 @@
 //! membership protocol plugs in. [`Liveness::current`] is the set of live
 //! node names (`None`: membership off, every known Node counts, MetalLB's
 //! "memberlist disabled"); the loop hands each new set to
-//! [`crate::node::NodeSpeaker::set_live`] and re-decides every Service when it
-//! changed.
+//! [`crate::node::NodeSpeaker::set_live`] and, when it changed, decides again
+//! the layer-2 Services whose candidates include a node that joined or left
+//! ([`crate::node::NodeSpeaker::decide_live`]).
 //!
 //! With membership on, the set follows the membership protocol's live set
 //! ([`Liveness::membership`]), except while this node is self-fenced (the

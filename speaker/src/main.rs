@@ -17,42 +17,34 @@
 //! take over from) when `--ml-bindaddr` and `--ml-labels` are both set, as MetalLB;
 //! otherwise they are "every known Node" (MetalLB with memberlist disabled).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use bgp::listener::Listeners;
 use clap::{CommandFactory, FromArgMatches, Parser};
-use cluster_view::{Batch, ClusterView, Kind};
+use cluster_view::{ClusterView, Kind};
+use config::api::LABEL_NODE;
 use config::api::v1beta1::{
-    BGPSessionStatus, ConfigurationState, InterfaceInfo, MetalLBServiceL2Status, NodeBGPStatus,
-    ServiceBGPStatus, ServiceL2Status,
+    BGPSessionStatus, ConfigurationState, NodeBGPStatus, ServiceBGPStatus, ServiceL2Status,
 };
-use config::api::{LABEL_NODE, LABEL_PEER, LABEL_SERVICE_NAME, LABEL_SERVICE_NAMESPACE};
 use daemon::events::{Events, Note};
 use daemon::health::{Heartbeat, Probes};
 use daemon::k8s_metrics::K8sClientMetrics;
-use k8s_openapi::api::core::v1::{ObjectReference, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::runtime::reflector::{ObjectRef, Store};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use speaker::bgp_edge::{BgpFactory, RuntimeBfd};
-use speaker::bgp_speaker::{BfdState, BgpSpeaker};
+use speaker::bgp_speaker::BgpSpeaker;
 use speaker::bgp_status::{BgpStatusOutput, Mode as BgpStatusMode, SUMMARY_MIN_WRITE_INTERVAL};
-use speaker::config_state::Loaded;
-use speaker::decide::NodeFacts;
 use speaker::decide::bgp::Options;
+use speaker::driver::{Driver, Join, L2Start, L2Task, Member, Outputs, Parts};
 use speaker::l2_edge::EdgeL2;
-use speaker::liveness::Liveness;
-use speaker::node::{LoadOutcome, NodeSpeaker};
-use speaker::warnings::{NodeWarnings, REASON_NOT_ANNOUNCEABLE};
-use status::configuration_state::{self, Component};
+use speaker::node::NodeSpeaker;
+use status::configuration_state::Component;
 use status::{
-    Desired, FIELD_MANAGER_SPEAKER, KubeStatusApi, LabelScope, Labels, StatusWriter, SystemClock,
-    WriteBudget, WriterConfig,
+    FIELD_MANAGER_SPEAKER, KubeStatusApi, LabelScope, StatusWriter, SystemClock, WriteBudget,
+    WriterConfig,
 };
 use tokio::sync::watch;
 
@@ -324,7 +316,6 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
             (None, None, None)
         }
     };
-    let mut ml: Option<membership::Membership> = None;
     let l2_driver_config = arp_ndp::linux::DriverConfig {
         exclude: arp_ndp::interfaces::ExcludeList::load_or_default(std::path::Path::new(
             arp_ndp::interfaces::DEFAULT_EXCLUDE_PATH,
@@ -347,7 +338,7 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
             Err(e.to_string())
         }
     };
-    let mut bfd_events = match &bfd_runtime {
+    let bfd_events = match &bfd_runtime {
         Ok(b) => b.handle().subscribe(),
         Err(_) => tokio::sync::mpsc::unbounded_channel().1,
     };
@@ -500,7 +491,7 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
         .kinds(Kind::SPEAKER)
         .load_balancer_services_only()
         .start();
-    let (peer_tx, mut peer_rx) = tokio::sync::mpsc::channel(1024);
+    let (peer_tx, peer_rx) = tokio::sync::mpsc::channel(1024);
     let factory = BgpFactory::new(Listeners::new(), Some(bgp_metrics));
     let mut speaker = NodeSpeaker::new(
         Options {
@@ -512,19 +503,8 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
     .with_l2(EdgeL2::new());
     speaker.set_summary_cap(args.node_bgp_status_max_services);
     speaker.set_assigned_events(args.bgp_node_assigned_events);
-    let mut l2_driver: Option<tokio::task::JoinHandle<Result<(), arp_ndp::linux::DriverError>>> =
-        None;
-    // The live speakers: the membership's once joined (none before: this node claims
-    // nothing until it joins), or "every known Node" without it.
-    let (_live_tx, mut liveness) = if ml_pending.is_some() {
-        let (tx, l) = Liveness::joining();
-        (Some(tx), l)
-    } else {
-        let (tx, l) = Liveness::memberlist_disabled();
-        (Some(tx), l)
-    };
     // The other speakers' addresses (`--ml-labels`), found by a task of their own.
-    let (seeds_tx, mut seeds_rx) = watch::channel::<Option<Vec<std::net::SocketAddr>>>(None);
+    let (seeds_tx, seeds_rx) = watch::channel::<Option<Vec<std::net::SocketAddr>>>(None);
     if let (Some(bind), Some(labels)) = (ml_bind, ml_labels) {
         tasks.push(tokio::spawn(speaker::discovery::run(
             client.clone(),
@@ -537,7 +517,14 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
     } else {
         drop(seeds_tx);
     }
-    let mut watched_owners = std::collections::BTreeSet::new();
+    let join = ml_pending.take().map(|(bind, key)| EdgeJoin {
+        args: &args,
+        node: &node,
+        bind,
+        key,
+        registry: &registry,
+        seeds: seeds_rx,
+    });
     let mut bgp_status = BgpStatusOutput::new(
         &node,
         args.service_bgp_status,
@@ -555,7 +542,7 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
             "node: NodeBGPStatus"
         }
     );
-    let mut out = Outputs {
+    let out = Outputs {
         node: node.clone(),
         ns: ns.clone(),
         owner: owner.clone(),
@@ -566,336 +553,29 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
         announced: announced_metric.clone(),
         events: event_tx,
     };
-    let reconcile = async {
-        // Beat while the watches list (the API server may be slow or away).
-        {
-            let ready_fut = view.ready();
-            tokio::pin!(ready_fut);
-            loop {
-                tokio::select! {
-                    r = &mut ready_fut => { r?; break; }
-                    _ = tokio::time::sleep(Duration::from_secs(5)) => heartbeat.beat(),
-                }
-            }
-        }
-        ready.store(true, std::sync::atomic::Ordering::Release);
-        tracing::info!("watches ready");
-        speaker.set_live(liveness.current());
-        let nodes = view.nodes().context("the view watches Nodes")?.store();
-        let services = view
-            .services()
-            .context("the view watches Services")?
-            .store();
-        let mut synced = false;
-        let mut config_pending = true;
-        // The whole configuration (every node's share): Service warnings are judged on it.
-        let mut whole: Option<config::Config> = None;
-        let mut node_warnings = NodeWarnings::default();
-        let mut state = StateReport {
-            component: component.clone(),
-            ns: ns.clone(),
-            owner: owner.clone(),
-            result: Ok(()),
-            config_warnings: Vec::new(),
-            bgp_status_note: None,
-            membership: None,
-        };
-        let mut batch: Option<Batch> = None;
-        loop {
-            heartbeat.beat();
-            let mut all = false;
-            let mut keys: Vec<String> = Vec::new();
-            let mut refresh_nodes = false;
-            if config_pending {
-                config_pending = false;
-                refresh_nodes = true;
-                match nodes.get(&ObjectRef::new(&node)) {
-                    None => {
-                        tracing::warn!(node, "its Node object does not exist (yet): waiting");
-                    }
-                    Some(me) => {
-                        // The per-node status objects belong to the Node: a restart
-                        // changes no owner, the Node's deletion collects them.
-                        if let Some(o) = speaker::bgp_status::node_owner(&me)
-                            && out.owner.as_ref() != Some(&o)
-                        {
-                            out.owner = Some(o.clone());
-                            out.bgp_status.set_owner(Some(o));
-                        }
-                        let parsed = speaker::node_config::for_node(view.resources(), &me)
-                            .and_then(|r| config::parse(&r).map_err(|e| e.to_string()));
-                        let outcome = speaker.load(parsed, NodeFacts::of(&me));
-                        report_config(&speaker, &outcome, &metrics);
-                        // The responder starts with the first L2Advertisement.
-                        let wants_l2 = speaker
-                            .config()
-                            .is_some_and(|c| !c.l2_advertisements.is_empty());
-                        if wants_l2 && l2_driver.is_none() {
-                            // Tried again on the next configuration change when it fails.
-                            let start = tokio::time::timeout(
-                                Duration::from_secs(10),
-                                arp_ndp::linux::start(l2_driver_config.clone()),
-                            )
-                            .await;
-                            match start {
-                                Ok(Ok((handle, task))) => {
-                                    tracing::info!("layer-2 responder started");
-                                    speaker.l2().ops().set_handle(handle);
-                                    l2_driver = Some(task);
-                                    all = true;
-                                }
-                                // Fatal, as MetalLB's speaker: a node that cannot answer
-                                // must not stay a live member that wins addresses (its
-                                // share would go dark); it leaves, the others answer.
-                                Ok(Err(e)) => anyhow::bail!(
-                                    "the layer-2 responder cannot start (CAP_NET_RAW?): {e}"
-                                ),
-                                Err(_) => {
-                                    anyhow::bail!("the layer-2 responder did not start within 10 s")
-                                }
-                            }
-                        }
-                        // This speaker can claim now (watches listed, a configuration,
-                        // its responder running when layer 2 is wanted): it becomes a
-                        // member, and a candidate, only from here.
-                        if ml.is_none()
-                            && speaker.config().is_some()
-                            && let Some((bind, key)) = ml_pending.take()
-                        {
-                            let m = start_membership(&args, &node, bind, key, &registry).await?;
-                            wait_joined(&m, &mut seeds_rx).await;
-                            liveness = Liveness::membership(m.live(), m.fenced());
-                            speaker.set_live(liveness.current());
-                            ml = Some(m);
-                            all = true;
-                        }
-                        for s in &outcome.skipped {
-                            tracing::error!(
-                                peer = s.peer,
-                                reason = s.why,
-                                "BGPPeer cannot run on this node"
-                            );
-                        }
-                        // Ended sessions flush their Cease on their own (bounded).
-                        for c in outcome.closing {
-                            tokio::spawn(c);
-                        }
-                        state.result = match &outcome.loaded {
-                            Loaded::Invalid(e) => Err(e.clone()),
-                            _ => Ok(()),
-                        };
-                        // Selector combinations that cannot overlap, judged on the
-                        // whole configuration (not this node's share of it), which
-                        // also judges the Services (`speaker::warnings`).
-                        if state.result.is_ok() {
-                            let all_objects = view.resources();
-                            let parsed = config::parse(&all_objects).ok();
-                            let warnings = parsed
-                                .as_ref()
-                                .map(|c| config::overlap::selector_warnings(c, &all_objects.nodes))
-                                .unwrap_or_default();
-                            state.config_warnings =
-                                warnings.iter().map(ToString::to_string).collect();
-                            if !state.config_warnings.is_empty() {
-                                tracing::warn!(warnings = ?state.config_warnings, "configuration warnings");
-                            }
-                            if parsed != whole {
-                                whole = parsed;
-                                speaker.set_whole_config(whole.clone());
-                                all = true;
-                            }
-                        } else {
-                            state.config_warnings.clear();
-                        }
-                        state.write(&writer, &node_warnings);
-                        all |= outcome.reprocess_all;
-                    }
-                }
-            }
-            // The batch the wait took, and whatever came since.
-            for b in [batch.take(), view.service_changes().take()]
-                .into_iter()
-                .flatten()
-            {
-                match b {
-                    Batch::All => all = true,
-                    Batch::Keys(k) => keys.extend(k),
-                }
-            }
-            keys.sort();
-            keys.dedup();
-            if all || refresh_nodes {
-                all |= speaker.set_nodes(node_facts(&nodes));
-            }
-            if speaker.config().is_some() {
-                let started = std::time::Instant::now();
-                let every: Vec<String>;
-                let todo: &[String] = if all {
-                    let mut v: Vec<String> = services
-                        .state()
-                        .iter()
-                        .map(|s| cluster_view::service_key(s))
-                        .collect();
-                    // Services this node holds anything for or warned about, gone
-                    // from the cache (deleted, or no longer LoadBalancers).
-                    v.extend(speaker.tracked().map(str::to_owned));
-                    v.extend(node_warnings.keys().map(str::to_owned));
-                    v.sort();
-                    v.dedup();
-                    every = v;
-                    &every
-                } else {
-                    &keys
-                };
-                let mut judge = Judge {
-                    node: &node,
-                    whole: whole.as_ref(),
-                    warnings: &mut node_warnings,
-                    events: &out.events,
-                    changed: false,
-                };
-                let n = decide_services(&mut speaker, &view, &services, todo, &mut judge);
-                if judge.changed {
-                    state.write(&writer, &node_warnings);
-                }
-                let sent = speaker.publish();
-                if n > 0 {
-                    tracing::debug!(
-                        services = n,
-                        sessions_updated = sent,
-                        took_us = started.elapsed().as_micros() as u64,
-                        "services decided"
-                    );
-                }
-                out.apply(&mut speaker);
-                let note = out.bgp_status.switched().map(str::to_owned);
-                if note != state.bgp_status_note {
-                    state.bgp_status_note = note;
-                    state.write(&writer, &node_warnings);
-                }
-                if let Some(m) = ml.as_ref() {
-                    let owners = speaker.watched_owners();
-                    if owners != watched_owners {
-                        tracing::debug!(?owners, "watching the owners this node takes over from");
-                        m.watch_owners(owners.clone());
-                        watched_owners = owners;
-                    }
-                }
-                if n > 0 && speaker.refused_for_announced() {
-                    // The refused configuration may fit now that Services moved: it is
-                    // loaded again at the next change (MetalLB retries it too).
-                    config_pending = true;
-                }
-                if all && !synced {
-                    // The first full pass: objects of this node nobody wants go.
-                    synced = true;
-                    out.bgp_status.initial_sync_done();
-                    speaker.initial_pass_done();
-                    session_status.initial_sync_done();
-                    l2_status.initial_sync_done();
-                }
-            }
-            // The membership view explain elects with, on changes (coalesced by
-            // the writer: one write a second at most).
-            // (Not before a configuration: the state written would claim one.)
-            let membership = liveness.report();
-            if speaker.config().is_some() && membership != state.membership {
-                state.membership = membership;
-                state.write(&writer, &node_warnings);
-            }
-            // Wait for the next change, beating while idle.
-            loop {
-                tokio::select! {
-                    _ = view.config_changes().next() => {
-                        // Let a burst (`kubectl apply` of many objects) settle.
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        config_pending = true;
-                        break;
-                    }
-                    b = view.service_changes().next() => {
-                        batch = Some(b);
-                        break;
-                    }
-                    Some(ev) = peer_rx.recv() => {
-                        speaker.bgp().on_event(ev);
-                        while let Ok(ev) = peer_rx.try_recv() {
-                            speaker.bgp().on_event(ev);
-                        }
-                        out.apply(&mut speaker);
-                    }
-                    Some(ev) = bfd_events.recv() => {
-                        on_bfd(&mut speaker, &ev);
-                        out.apply(&mut speaker);
-                    }
-                    live = liveness.changed() => {
-                        tracing::debug!(?live, "live speakers");
-                        let changed = speaker.set_live(live);
-                        if changed {
-                            batch = Some(Batch::All);
-                        }
-                        // (a change while fenced changes no decision, but the view)
-                        if changed || liveness.report() != state.membership {
-                            break;
-                        }
-                    }
-                    ev = async { ml.as_mut().expect("guarded").next_event().await }, if ml.is_some() => {
-                        let Some(ev) = ev else {
-                            anyhow::bail!("the membership protocol stopped");
-                        };
-                        if let membership::Event::WatcherUp { node: watcher } = &ev {
-                            // It may have answered for this node's addresses meanwhile.
-                            let n = speaker.l2().reannounce();
-                            if n > 0 {
-                                tracing::info!(watcher, addresses = n, "a speaker watching this one is back: announcing its layer-2 addresses again");
-                            }
-                        }
-                        // the live set and the fence come through `liveness`
-                        on_membership(ev);
-                    }
-                    r = seeds_rx.changed(), if ml.is_some() => {
-                        if r.is_ok()
-                            && let (Some(m), Some(seeds)) = (ml.as_ref(), seeds_rx.borrow_and_update().clone())
-                        {
-                            m.set_seeds(seeds);
-                        }
-                    }
-                    r = async { l2_driver.as_mut().expect("guarded").await }, if l2_driver.is_some() => {
-                        l2_driver = None;
-                        tracing::error!(result = ?r.map(|r| r.map_err(|e| e.to_string())), "the layer-2 responder stopped");
-                        anyhow::bail!("the layer-2 responder stopped");
-                    }
-                    _ = tokio::time::sleep(Duration::from_secs(5)) => heartbeat.beat(),
-                }
-            }
-        }
-        #[allow(unreachable_code)]
-        anyhow::Ok(())
-    };
+    let mut driver = Driver::new(Parts {
+        node: node.clone(),
+        ns: ns.clone(),
+        view,
+        speaker,
+        l2_start: EdgeL2Start(l2_driver_config),
+        join,
+        peer_events: peer_rx,
+        bfd_events,
+        out,
+        state_writer: writer.clone(),
+        metrics,
+        probes: speaker::driver::Probes {
+            ready: ready.clone(),
+            heartbeat: heartbeat.clone(),
+        },
+    });
     let outcome = tokio::select! {
         r = daemon::shutdown_signal() => r,
-        r = reconcile => r.context("the speaker loop ended"),
+        r = driver.run() => r.context("the speaker loop ended"),
     };
-    // Layer 2 first: stop answering, then tell the other speakers, whose next candidate
-    // takes over at once (no moment with two nodes answering).
-    if let Some(m) = ml.take() {
-        if let Some(t) = l2_driver.take() {
-            t.abort();
-        }
-        let started = std::time::Instant::now();
-        m.leave(Duration::from_millis(500)).await;
-        tracing::info!(
-            took_ms = started.elapsed().as_millis() as u64,
-            "left the membership"
-        );
-    }
-    // Sessions first: graceful-restart peers keep our routes, the others get a Cease
-    // (bounded: MetalLB's manifests give the Pod 2 s after SIGTERM).
-    let ending = speaker.shutdown();
-    let _ = tokio::time::timeout(
-        Duration::from_secs(1),
-        futures_util::future::join_all(ending),
-    )
-    .await;
+    // Layer 2 first, then the sessions (`Driver::shutdown`).
+    let (view, out) = driver.shutdown().await;
     let _ = stop_tx.send(true);
     // The event task ends when its queue's sender goes.
     drop(out);
@@ -917,8 +597,6 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
     tracing::info!("speaker stopped");
     outcome
 }
-
-type Speaker = NodeSpeaker<BgpFactory, RuntimeBfd, EdgeL2>;
 
 /// Waits until this speaker has joined the other members (`speaker::join`), and says
 /// how.
@@ -951,351 +629,83 @@ async fn wait_joined(
     }
 }
 
-/// Logs a membership event (the live set and the fence, the state, come through
-/// [`Liveness`]'s watches).
-fn on_membership(ev: membership::Event) {
-    use membership::Event;
-    match ev {
-        Event::OwnerDown { node, after_ns } => {
-            tracing::info!(
-                owner = node,
-                detected_after_ms = after_ns / 1_000_000,
-                "owner down (heartbeat lost, no helper reached it): taking over its layer-2 addresses"
-            );
-        }
-        Event::PathFault { node } => {
-            tracing::warn!(
-                owner = node,
-                "heartbeat with the owner lost but another speaker reaches it: path fault, nothing moves"
-            );
-        }
-        Event::HeartbeatUp { node } => {
-            tracing::debug!(owner = node, "heartbeat with the owner up");
-        }
-        Event::OwnerBack { node } => {
-            tracing::info!(owner = node, "owner back");
-        }
-        Event::WatcherUp { node } => {
-            tracing::debug!(
-                watcher = node,
-                "heartbeat with a speaker watching this one up"
-            );
-        }
-        Event::Rejoined { generation } => {
-            tracing::warn!(
-                generation,
-                "the other speakers had declared this one down: rejoined"
-            );
-        }
-        Event::Fence(on) => {
-            // the state itself comes through the membership's fence watch
-            // (`Liveness`); this is the log line
-            if on {
-                tracing::warn!(
-                    "no majority of the speakers answers: self-fenced, layer-2 addresses are not answered"
-                );
-            } else {
-                tracing::info!("a majority of the speakers answers again: fence lifted");
-            }
-        }
-        Event::LiveChanged(_) => {}
-    }
-}
-
-/// Every known Node's facts (the layer-2 candidates).
-fn node_facts(nodes: &Store<k8s_openapi::api::core::v1::Node>) -> BTreeMap<String, NodeFacts> {
-    nodes
-        .state()
-        .iter()
-        .map(|n| {
-            let f = NodeFacts::of(n);
-            (f.name.clone(), f)
-        })
-        .collect()
-}
-
-/// Decides each Service of `keys` again; returns how many.
-/// Reports the Service warnings of this node ([`speaker::warnings`]): a Warning
-/// event on the Service when one appears or changes, and whether the set changed
-/// (the ConfigurationState follows).
-struct Judge<'a> {
+/// The membership as the loop joins it: [`start_membership`] then
+/// [`wait_joined`].
+struct EdgeJoin<'a> {
+    args: &'a Args,
     node: &'a str,
-    whole: Option<&'a config::Config>,
-    warnings: &'a mut NodeWarnings,
-    events: &'a tokio::sync::mpsc::Sender<(ObjectReference, Note)>,
-    changed: bool,
+    bind: std::net::SocketAddr,
+    key: Option<membership::SecretKey>,
+    registry: &'a prometheus::Registry,
+    seeds: watch::Receiver<Option<Vec<std::net::SocketAddr>>>,
 }
 
-impl Judge<'_> {
-    fn service(&mut self, key: &str, svc: Option<&Service>, slices: &[Arc<EndpointSlice>]) {
-        let found = match (self.whole, svc) {
-            (Some(whole), Some(svc)) => {
-                speaker::warnings::local_endpoints_unselected(whole, key, svc, slices)
-            }
-            _ => None,
-        };
-        // Reported by the nodes that host the endpoints.
-        let here = found
-            .filter(|w| w.endpoint_nodes.contains(self.node))
-            .map(|w| w.message);
-        let (new, changed) = self.warnings.set(key, here);
-        self.changed |= changed;
-        if let Some(message) = new {
-            tracing::warn!(service = key, warning = message, "Service not announceable");
-            let note = Note {
-                warning: true,
-                reason: REASON_NOT_ANNOUNCEABLE.into(),
-                message,
+impl Join for EdgeJoin<'_> {
+    type Member = EdgeMember;
+    async fn join(mut self) -> Result<EdgeMember> {
+        let m = start_membership(self.args, self.node, self.bind, self.key, self.registry).await?;
+        wait_joined(&m, &mut self.seeds).await;
+        Ok(EdgeMember {
+            m,
+            seeds: Some(self.seeds),
+        })
+    }
+}
+
+/// The membership once joined, with the discovery's seeds handed to it as
+/// they change.
+struct EdgeMember {
+    m: membership::Membership,
+    /// `None` once the discovery ended.
+    seeds: Option<watch::Receiver<Option<Vec<std::net::SocketAddr>>>>,
+}
+
+impl Member for EdgeMember {
+    fn live(&self) -> watch::Receiver<std::collections::BTreeSet<String>> {
+        self.m.live()
+    }
+    fn fenced(&self) -> watch::Receiver<bool> {
+        self.m.fenced()
+    }
+    fn watch_owners(&self, owners: std::collections::BTreeSet<String>) {
+        self.m.watch_owners(owners)
+    }
+    async fn next_event(&mut self) -> Option<membership::Event> {
+        loop {
+            let seeds = async {
+                match self.seeds.as_mut() {
+                    Some(s) => s.changed().await.is_ok(),
+                    None => std::future::pending().await,
+                }
             };
-            if self.events.try_send((service_ref(key), note)).is_err() {
-                tracing::debug!(service = key, "event queue full: event dropped");
-            }
-        }
-    }
-}
-
-/// What `speaker-<node>`'s ConfigurationState says: the configuration's outcome,
-/// its warnings, and this node's Service warnings.
-struct StateReport {
-    component: Component,
-    ns: String,
-    owner: Option<OwnerReference>,
-    result: Result<(), String>,
-    config_warnings: Vec<String>,
-    /// Why BGP announcements are reported otherwise than configured.
-    bgp_status_note: Option<String>,
-    /// Its layer-2 membership view (membership on).
-    membership: Option<config::api::v1beta1::Layer2Membership>,
-}
-
-impl StateReport {
-    fn write(&self, writer: &StatusWriter<ConfigurationState>, services: &NodeWarnings) {
-        let mut desired = configuration_state::desired(
-            &self.component,
-            &self.result,
-            self.owner.clone(),
-            configuration_state::now(),
-        );
-        let mut warnings = if self.result.is_ok() {
-            self.config_warnings.clone()
-        } else {
-            Vec::new()
-        };
-        warnings.extend(self.bgp_status_note.clone());
-        warnings.extend(services.messages());
-        desired.status = configuration_state::with_warnings(
-            desired.status,
-            &warnings,
-            configuration_state::now(),
-        );
-        desired.status.layer2_membership = self.membership.clone();
-        writer.set_desired(self.component.key(&self.ns), desired);
-    }
-}
-
-fn decide_services(
-    speaker: &mut Speaker,
-    view: &ClusterView,
-    services: &Store<Service>,
-    keys: &[String],
-    judge: &mut Judge<'_>,
-) -> usize {
-    for key in keys {
-        let (ns, name) = key.split_once('/').unwrap_or(("", key));
-        let svc = services.get(&ObjectRef::new(name).within(ns));
-        let slices = view.endpoint_slices_of(key);
-        // MetalLB's log lines, on changes only.
-        if let Some(d) = speaker.service(key, svc.as_deref(), &slices) {
-            log_decision(key, "bgp", &d.result, d.changed);
-            log_decision(key, "layer2", &d.l2, d.l2_changed);
-        }
-        judge.service(key, svc.as_deref(), &slices);
-    }
-    keys.len()
-}
-
-fn log_decision(
-    key: &str,
-    protocol: &str,
-    result: &Result<(), speaker::decide::bgp::Reason>,
-    changed: bool,
-) {
-    match (result, changed) {
-        (Err(reason), true) => {
-            tracing::info!(service = key, protocol, reason = %reason, "serviceWithdrawn")
-        }
-        (Ok(()), true) => tracing::info!(service = key, protocol, "serviceAnnounced"),
-        (r, false) => tracing::debug!(service = key, protocol, result = ?r, "unchanged"),
-    }
-}
-
-fn on_bfd(speaker: &mut Speaker, ev: &bfd::BfdEvent) {
-    let state = match ev.status.state {
-        bfd::State::Up => BfdState::Up,
-        bfd::State::Down => BfdState::Down,
-        bfd::State::Init => BfdState::Init,
-        bfd::State::AdminDown => BfdState::AdminDown,
-    };
-    let clients: Vec<u64> = ev.clients.iter().map(|c| c.0).collect();
-    let down = ev.client_action == bfd::ClientAction::Down;
-    speaker.bgp().on_bfd(&clients, state, down);
-}
-
-fn report_config(speaker: &Speaker, outcome: &LoadOutcome, metrics: &K8sClientMetrics) {
-    match &outcome.loaded {
-        Loaded::Accepted => {
-            metrics.update_ok();
-            if let Some(c) = speaker.config() {
-                tracing::info!(
-                    pools = c.pools.len(),
-                    peers = c.peers.len(),
-                    "configuration is valid and in force"
-                );
-            }
-        }
-        Loaded::Unchanged => {}
-        Loaded::Invalid(e) => {
-            metrics.update_error();
-            if speaker.tracker().loaded() {
-                tracing::error!(
-                    error = e,
-                    "configuration is invalid; keeping the last valid configuration"
-                );
-            } else {
-                tracing::error!(
-                    error = e,
-                    "configuration is invalid; no valid configuration seen yet"
-                );
-            }
-        }
-    }
-    metrics.config_loaded(speaker.tracker().loaded());
-    metrics.config_stale(speaker.tracker().stale());
-}
-
-/// Where the effects of a step go.
-struct Outputs {
-    node: String,
-    ns: String,
-    owner: Option<OwnerReference>,
-    bgp_status: BgpStatusOutput,
-    l2_status: StatusWriter<ServiceL2Status>,
-    session_status: StatusWriter<BGPSessionStatus>,
-    /// Sessions whose last status handed to `session_status` was not
-    /// Established.
-    sessions_down: std::collections::BTreeSet<String>,
-    announced: speaker::metrics::Announced,
-    events: tokio::sync::mpsc::Sender<(ObjectReference, Note)>,
-}
-
-fn service_ref(key: &str) -> ObjectReference {
-    let (svc_ns, name) = key.split_once('/').unwrap_or(("", key));
-    ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Service".into()),
-        namespace: Some(svc_ns.to_owned()),
-        name: Some(name.to_owned()),
-        ..Default::default()
-    }
-}
-
-fn service_identity(key: &str) -> Labels {
-    let (svc_ns, name) = key.split_once('/').unwrap_or(("", key));
-    Labels::from([
-        (LABEL_SERVICE_NAME.to_owned(), name.to_owned()),
-        (LABEL_SERVICE_NAMESPACE.to_owned(), svc_ns.to_owned()),
-    ])
-}
-
-impl Outputs {
-    fn apply(&mut self, speaker: &mut Speaker) {
-        let fx = speaker.take_effects();
-        self.bgp_status
-            .apply(fx.service_status, || speaker.bgp_summary());
-        for (key, ip, on) in fx.announced_metric {
-            self.announced.set(&key, "bgp", ip, on);
-        }
-        for (key, ip, on) in fx.l2_announced_metric {
-            self.announced.set(&key, "layer2", ip, on);
-        }
-        for (key, interfaces) in fx.l2_status {
-            let identity = service_identity(&key);
-            match interfaces {
-                Some(interfaces) => {
-                    let (svc_ns, name) = key.split_once('/').unwrap_or(("", &key));
-                    self.l2_status.set_labeled(
-                        identity.clone(),
-                        Desired::new(MetalLBServiceL2Status {
-                            node: self.node.clone(),
-                            service_name: name.to_owned(),
-                            service_namespace: svc_ns.to_owned(),
-                            interfaces: interfaces
-                                .into_iter()
-                                .map(|name| InterfaceInfo { name })
-                                .collect(),
-                        })
-                        .owner(self.owner.clone()),
-                    );
-                    // The node field is immutable: the former owner's object goes.
-                    self.l2_status.delete_others(identity);
-                }
-                None => self.l2_status.remove_labeled(identity),
-            }
-        }
-        let assigned = |protocol: &str| Note {
-            warning: false,
-            reason: "nodeAssigned".into(),
-            message: format!(
-                "announcing from node {} with protocol {}",
-                config::gofmt::quote(&self.node),
-                config::gofmt::quote(protocol)
-            ),
-        };
-        let notes = fx
-            .node_assigned
-            .into_iter()
-            .map(|k| (k, assigned("bgp")))
-            .chain(
-                fx.l2_node_assigned
-                    .into_iter()
-                    .map(|k| (k, assigned("layer2"))),
-            )
-            .chain(fx.announce_failed.into_iter().map(|(k, ip)| {
-                let note = Note {
-                    warning: true,
-                    reason: "announceFailed".into(),
-                    message: format!(
-                        "the interfaces specified by LB IP {} doesn't exist in assigned node {} with protocol \"layer2\"",
-                        config::gofmt::quote(&config::gofmt::ip(ip)),
-                        config::gofmt::quote(&self.node)
-                    ),
-                };
-                tracing::warn!(service = k, %ip, "the interfaces of the address do not exist on this node");
-                (k, note)
-            }));
-        for (key, note) in notes {
-            if self.events.try_send((service_ref(&key), note)).is_err() {
-                tracing::debug!(service = key, "event queue full: event dropped");
-            }
-        }
-        for (peer, status) in speaker.bgp().take_status_changes() {
-            let identity = Labels::from([(LABEL_PEER.to_owned(), peer.clone())]);
-            match status {
-                Some(s) => {
-                    let pace =
-                        speaker::bgp_speaker::status_pace(&mut self.sessions_down, &peer, &s);
-                    let mut desired = Desired::new(s).owner(self.owner.clone());
-                    if let Some(interval) = pace {
-                        desired = desired.min_interval(interval);
+            tokio::select! {
+                ev = self.m.next_event() => return ev,
+                ok = seeds => {
+                    let rx = self.seeds.as_mut().expect("polled");
+                    if !ok {
+                        self.seeds = None;
+                    } else if let Some(seeds) = rx.borrow_and_update().clone() {
+                        self.m.set_seeds(seeds);
                     }
-                    self.session_status.set_labeled(identity, desired)
-                }
-                None => {
-                    self.sessions_down.remove(&peer);
-                    self.session_status.remove_labeled(identity)
                 }
             }
         }
-        let _ = &self.ns;
+    }
+    async fn leave(self, deadline: Duration) {
+        self.m.leave(deadline).await
+    }
+}
+
+/// Starts the `arp-ndp` responder (`arp_ndp::linux::start`) and hands it to
+/// [`EdgeL2`].
+struct EdgeL2Start(arp_ndp::linux::DriverConfig);
+
+impl L2Start<EdgeL2> for EdgeL2Start {
+    async fn start(&mut self, ops: &mut EdgeL2) -> std::result::Result<L2Task, String> {
+        let (handle, task) = arp_ndp::linux::start(self.0.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        ops.set_handle(handle);
+        Ok(task)
     }
 }

@@ -109,6 +109,75 @@ pub struct NodeSpeaker<F: SessionFactory, B: BfdOps, L: L2Ops = NoL2> {
     /// Before the first full pass: no `nodeAssigned` (the Services were
     /// announced before the restart) with [`AssignedEvents::One`].
     initial_pass: bool,
+    /// Node names interned for [`L2Cached::order`].
+    names: Names,
+    /// Layer 2, per Service key that held an election: its candidates in
+    /// election order whatever their liveness, so that a change of the live
+    /// speakers decides it again without the configuration, the hashes or
+    /// the Service ([`NodeSpeaker::decide_live`]).
+    l2_cache: BTreeMap<String, L2Cached>,
+    /// The nodes that joined or left since the last
+    /// [`NodeSpeaker::decide_live`] (`All`: membership turned on or off).
+    live_changed: Option<LiveChanged>,
+}
+
+/// Node names as small numbers (one per name ever seen in an election).
+#[derive(Default)]
+struct Names {
+    names: Vec<String>,
+    ids: std::collections::HashMap<String, u32>,
+}
+
+impl Names {
+    fn id(&mut self, name: &str) -> u32 {
+        if let Some(id) = self.ids.get(name) {
+            return *id;
+        }
+        let id = u32::try_from(self.names.len()).expect("fewer than 2^32 node names");
+        self.names.push(name.to_owned());
+        self.ids.insert(name.to_owned(), id);
+        id
+    }
+
+    fn name(&self, id: u32) -> &str {
+        &self.names[id as usize]
+    }
+}
+
+/// A layer-2 Service's election, cached.
+struct L2Cached {
+    /// The candidates whatever their liveness, in election order
+    /// ([`l2::Prepared::order`]), as [`Names`] ids.
+    order: Box<[u32]>,
+    /// What this node announces if it wins.
+    if_won: l2::Announcement,
+    /// The winner and the next candidate among the live speakers, as last
+    /// applied.
+    elected: (Option<u32>, Option<u32>),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum LiveChanged {
+    All,
+    Nodes(BTreeSet<String>),
+}
+
+/// A layer-2 decision made again after a change of the live speakers
+/// ([`NodeSpeaker::decide_live`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveDecided {
+    /// The Service.
+    pub key: String,
+    /// Announced from this node in layer 2, or why not.
+    pub result: Result<(), Reason>,
+    /// Whether what this node announces for it changed.
+    pub changed: bool,
+}
+
+/// What applying a layer-2 result did.
+struct L2Applied {
+    result: Result<(), Reason>,
+    changed: bool,
 }
 
 /// The decision for one Service.
@@ -158,6 +227,9 @@ impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B, NoL2> {
             assigned: AssignedEvents::Every,
             whole: None,
             initial_pass: true,
+            names: Names::default(),
+            l2_cache: BTreeMap::new(),
+            live_changed: None,
         }
     }
 
@@ -180,6 +252,9 @@ impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B, NoL2> {
             assigned: self.assigned,
             whole: self.whole,
             initial_pass: self.initial_pass,
+            names: self.names,
+            l2_cache: self.l2_cache,
+            live_changed: self.live_changed,
         }
     }
 }
@@ -198,14 +273,189 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
 
     /// The live speakers, from the membership protocol (`None`: membership
     /// off, every known Node counts, MetalLB's "memberlist disabled").
-    /// Returns whether it changed (then every Service must be decided
-    /// again).
+    /// Returns whether it changed (then [`NodeSpeaker::decide_live`]
+    /// decides again the layer-2 Services it may change).
     pub fn set_live(&mut self, live: Option<BTreeSet<String>>) -> bool {
         if self.live == live {
             return false;
         }
+        let changed = match (&self.live, &live) {
+            (Some(old), Some(new)) => {
+                LiveChanged::Nodes(old.symmetric_difference(new).cloned().collect())
+            }
+            _ => LiveChanged::All,
+        };
+        self.live_changed = Some(match (self.live_changed.take(), changed) {
+            (Some(LiveChanged::Nodes(mut a)), LiveChanged::Nodes(b)) => {
+                a.extend(b);
+                LiveChanged::Nodes(a)
+            }
+            (None, c) => c,
+            _ => LiveChanged::All,
+        });
         self.live = live;
         true
+    }
+
+    /// Decides again, after changes of the live speakers
+    /// ([`NodeSpeaker::set_live`]), the layer-2 Services whose candidates
+    /// include a node that joined or left: those whose winner is no longer
+    /// live first, then the others, each from its cached election order
+    /// (no hash, no configuration or Service read; the result is the one
+    /// [`NodeSpeaker::service`] would give). Returns them in that order.
+    /// Call [`NodeSpeaker::publish`] and take the effects after it, as
+    /// after [`NodeSpeaker::service`].
+    pub fn decide_live(&mut self) -> Vec<LiveDecided> {
+        let Some(changed) = self.live_changed.take() else {
+            return Vec::new();
+        };
+        if self.tracker.running().is_none() || self.facts.is_none() {
+            return Vec::new();
+        }
+        // The changed nodes by id (names never seen in an election are in
+        // no order).
+        let changed: Option<Vec<bool>> = match &changed {
+            LiveChanged::All => None,
+            LiveChanged::Nodes(n) => {
+                let mut by_id = vec![false; self.names.names.len()];
+                for id in n.iter().filter_map(|n| self.names.ids.get(n)) {
+                    by_id[*id as usize] = true;
+                }
+                if !by_id.contains(&true) {
+                    return Vec::new();
+                }
+                Some(by_id)
+            }
+        };
+        // The Services whose winner is gone first (the takeovers), before
+        // the scan of every cached order for the others.
+        let first: Vec<String> = self
+            .l2_cache
+            .iter()
+            .filter(|(_, c)| c.elected.0.is_some_and(|w| !self.is_live(w)))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut decided: Vec<LiveDecided> =
+            first.iter().map(|key| self.live_decided(key)).collect();
+        let first: BTreeSet<String> = first.into_iter().collect();
+        let rest: Vec<String> = self
+            .l2_cache
+            .iter()
+            .filter(|(k, c)| {
+                !first.contains(*k)
+                    && match &changed {
+                        None => true,
+                        Some(by_id) => c.order.iter().any(|i| by_id[*i as usize]),
+                    }
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        decided.extend(rest.iter().map(|key| self.live_decided(key)));
+        decided
+    }
+
+    fn live_decided(&mut self, key: &str) -> LiveDecided {
+        let a = self.redecide_cached(key, false).expect("cached");
+        LiveDecided {
+            key: key.to_owned(),
+            result: a.result,
+            changed: a.changed,
+        }
+    }
+
+    /// Every Service was decided with the live speakers in force (a full
+    /// pass): nothing is left for [`NodeSpeaker::decide_live`].
+    pub fn decide_live_done(&mut self) {
+        self.live_changed = None;
+    }
+
+    /// How many layer-2 elections are cached, and how many candidates they
+    /// hold in all.
+    pub fn l2_cached(&self) -> (usize, usize) {
+        (
+            self.l2_cache.len(),
+            self.l2_cache.values().map(|c| c.order.len()).sum(),
+        )
+    }
+
+    fn is_live(&self, id: u32) -> bool {
+        let name = self.names.name(id);
+        match &self.live {
+            Some(l) => l.contains(name),
+            None => self.nodes.contains_key(name),
+        }
+    }
+
+    /// The Service `key`'s layer-2 result from its cached order and the live
+    /// speakers, applied (`force`: even when its winner and next did not
+    /// change). `None`: not cached.
+    fn redecide_cached(&mut self, key: &str, force: bool) -> Option<L2Applied> {
+        let me = self.facts.as_ref()?.name.clone();
+        let c = self.l2_cache.get(key)?;
+        let mut live = c.order.iter().copied().filter(|i| self.is_live(*i));
+        let elected = (live.next(), live.next());
+        if !force && elected == c.elected {
+            let won = elected.0.is_some_and(|w| self.names.name(w) == me);
+            return Some(L2Applied {
+                result: if won { Ok(()) } else { Err(Reason::NotOwner) },
+                changed: false,
+            });
+        }
+        let (winner, next) = (
+            elected.0.map(|i| self.names.name(i).to_owned()),
+            elected.1.map(|i| self.names.name(i)),
+        );
+        let successor_of = winner
+            .as_ref()
+            .filter(|w| **w != me && next == Some(me.as_str()))
+            .cloned();
+        let won = winner.as_deref() == Some(me.as_str());
+        let c = self.l2_cache.get_mut(key)?;
+        c.elected = elected;
+        let announce = if won {
+            Ok(c.if_won.clone())
+        } else {
+            Err(Reason::NotOwner)
+        };
+        Some(self.apply_l2(key, announce, successor_of))
+    }
+
+    /// Applies a layer-2 result: who this node succeeds, the claims and the
+    /// effects.
+    fn apply_l2(
+        &mut self,
+        key: &str,
+        result: Result<l2::Announcement, Reason>,
+        successor_of: Option<String>,
+    ) -> L2Applied {
+        match successor_of {
+            Some(owner) => {
+                self.succeeds.insert(key.to_owned(), owner);
+            }
+            None => {
+                self.succeeds.remove(key);
+            }
+        }
+        let l2_change = self.l2.set_service(key, result.as_ref().ok());
+        let changed = l2_change.assigned || l2_change.metric.iter().any(|(_, on)| !on);
+        if let Some(status) = l2_change.status {
+            self.effects.l2_status.insert(key.to_owned(), status);
+        }
+        for (ip, on) in l2_change.metric {
+            self.effects
+                .l2_announced_metric
+                .push((key.to_owned(), ip, on));
+        }
+        if l2_change.assigned {
+            self.effects.l2_node_assigned.push(key.to_owned());
+        }
+        for ip in l2_change.failed {
+            self.effects.announce_failed.push((key.to_owned(), ip));
+        }
+        L2Applied {
+            result: result.map(|_| ()),
+            changed,
+        }
     }
 
     /// The owners this node would take layer-2 addresses over from (it is
@@ -304,46 +554,31 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
         let (Some(cfg), Some(facts)) = (self.tracker.running(), self.facts.as_ref()) else {
             return None;
         };
-        let l2_decision = l2::decide(
-            cfg,
-            &facts.name,
-            l2::Cluster {
-                nodes: &self.nodes,
-                live: self.live.as_ref(),
-            },
-            svc,
-            slices,
-            &self.options,
-        );
-        let successor_of = l2_decision.election.as_ref().and_then(|e| {
-            let winner = e.winner()?;
-            (winner != facts.name && e.next_after(winner) == Some(facts.name.as_str()))
-                .then(|| winner.to_owned())
-        });
-        match successor_of {
-            Some(owner) => {
-                self.succeeds.insert(key.to_owned(), owner);
+        let prepared = l2::prepare(cfg, &facts.name, &self.nodes, svc, slices, &self.options);
+        let l2_result = match prepared {
+            Err(reason) => {
+                self.l2_cache.remove(key);
+                self.apply_l2(key, Err(reason), None)
             }
-            None => {
-                self.succeeds.remove(key);
+            Ok(p) => {
+                let order: Box<[u32]> = p
+                    .order
+                    .candidates
+                    .iter()
+                    .map(|c| self.names.id(&c.node))
+                    .collect();
+                let cached = L2Cached {
+                    order,
+                    if_won: p.if_won,
+                    elected: (None, None),
+                };
+                self.l2_cache.insert(key.to_owned(), cached);
+                self.redecide_cached(key, true).expect("just cached")
             }
-        }
-        let l2_change = self.l2.set_service(key, l2_decision.result.as_ref().ok());
-        let l2_changed = l2_change.assigned || l2_change.metric.iter().any(|(_, on)| !on);
-        if let Some(status) = l2_change.status {
-            self.effects.l2_status.insert(key.to_owned(), status);
-        }
-        for (ip, on) in l2_change.metric {
-            self.effects
-                .l2_announced_metric
-                .push((key.to_owned(), ip, on));
-        }
-        if l2_change.assigned {
-            self.effects.l2_node_assigned.push(key.to_owned());
-        }
-        for ip in l2_change.failed {
-            self.effects.announce_failed.push((key.to_owned(), ip));
-        }
+        };
+        let (Some(cfg), Some(facts)) = (self.tracker.running(), self.facts.as_ref()) else {
+            unreachable!("checked above");
+        };
         let decision = bgp::decide(cfg, facts, svc, slices, &self.options);
         let (routes, now) = match &decision {
             Ok(a) => (
@@ -404,8 +639,8 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
         Some(Decided {
             result: decision.map(|_| ()),
             changed,
-            l2: l2_decision.result.map(|_| ()),
-            l2_changed,
+            l2: l2_result.result,
+            l2_changed: l2_result.changed,
         })
     }
 
@@ -418,14 +653,15 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
 
     /// Keys of the Services this node holds anything for: announced (BGP or
     /// layer 2), next in line for (layer 2), or in its NodeBGPStatus
-    /// summary. A full pass decides these again besides the cached
-    /// Services, so that one gone from the cache while the watch was away
+    /// summary, or with a cached layer-2 election. A full pass decides these
+    /// again besides the cached Services, so that one gone from the cache while the watch was away
     /// (deleted, or no longer a LoadBalancer when the speaker watches those
     /// only) leaves nothing behind.
     pub fn tracked(&self) -> impl Iterator<Item = &str> {
         let mut keys: BTreeSet<&str> = self.announced().collect();
         keys.extend(self.succeeds.keys().map(String::as_str));
         keys.extend(self.summary.keys());
+        keys.extend(self.l2_cache.keys().map(String::as_str));
         keys.into_iter()
     }
 

@@ -2,110 +2,24 @@
 //! the speaker asks of them, scenario by scenario.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::net::SocketAddr;
+use std::sync::Arc;
 
-use bgp::rib_out::Advertisement;
 use bgp::state::FsmState;
 use config::Config;
 use config::load::{LoadOptions, Loader};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::json;
-use speaker::bgp_speaker::{
-    BfdClient, BfdOps, BfdState, BgpSpeaker, Close, Closing, PeerEvent, PeerSession,
-    SessionFactory, SessionId,
-};
+use speaker::bgp_speaker::{BfdState, BgpSpeaker, PeerEvent, SessionId};
 use speaker::config_state::Loaded;
 use speaker::decide::NodeFacts;
 use speaker::decide::bgp::Options;
-use speaker::decide::sessions::{BfdSpec, SessionSpec};
 use speaker::node::NodeSpeaker;
 use tokio::sync::mpsc;
 
-type Log = Arc<Mutex<Vec<String>>>;
-
-struct FakeSession {
-    peer: String,
-    generation: u64,
-    log: Log,
-}
-
-impl FakeSession {
-    fn note(&self, what: String) {
-        self.log
-            .lock()
-            .unwrap()
-            .push(format!("{}#{} {what}", self.peer, self.generation));
-    }
-}
-
-impl PeerSession for FakeSession {
-    fn set_advertisements(&self, ads: Vec<Advertisement>) {
-        let p: Vec<String> = ads.iter().map(|a| a.prefix.to_string()).collect();
-        self.note(format!("set [{}]", p.join(" ")));
-    }
-    fn hold_down(&self, reason: &str) {
-        self.note(format!("hold_down {reason}"));
-    }
-    fn release(&self) {
-        self.note("release".into());
-    }
-    fn close(self: Box<Self>, how: Close) -> Closing {
-        self.note(format!("close {how:?}"));
-        Box::pin(async {})
-    }
-}
-
-struct FakeFactory(Log);
-
-impl SessionFactory for FakeFactory {
-    fn spawn(
-        &mut self,
-        id: SessionId,
-        spec: &SessionSpec,
-        _events: mpsc::Sender<PeerEvent>,
-    ) -> Result<Box<dyn PeerSession>, String> {
-        self.0.lock().unwrap().push(format!(
-            "{}#{} spawn {}",
-            id.peer, id.generation, spec.bgp.peer
-        ));
-        Ok(Box::new(FakeSession {
-            peer: id.peer,
-            generation: id.generation,
-            log: self.0.clone(),
-        }))
-    }
-}
-
-struct FakeBfd(Log, u64);
-
-impl BfdOps for FakeBfd {
-    fn acquire(
-        &mut self,
-        local: IpAddr,
-        remote: IpAddr,
-        spec: &BfdSpec,
-        _vrf: Option<&str>,
-    ) -> Result<BfdClient, String> {
-        self.1 += 1;
-        self.0.lock().unwrap().push(format!(
-            "bfd acquire {local}->{remote} rx {} = {}",
-            spec.params.receive_interval_ms, self.1
-        ));
-        Ok(self.1)
-    }
-    fn set_parameters(&mut self, client: BfdClient, spec: &BfdSpec) -> Result<(), String> {
-        self.0.lock().unwrap().push(format!(
-            "bfd set {client} rx {}",
-            spec.params.receive_interval_ms
-        ));
-        Ok(())
-    }
-    fn release(&mut self, client: BfdClient) {
-        self.0.lock().unwrap().push(format!("bfd release {client}"));
-    }
-}
+mod common;
+use common::{FakeBfd, FakeFactory, Log};
 
 const NODE: &str = r#"
 apiVersion: v1

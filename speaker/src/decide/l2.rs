@@ -58,6 +58,9 @@ pub struct Candidate {
     /// `sha256(node + "#" + ip)`, the tie-break (ascending).
     #[serde(serialize_with = "hex")]
     pub hash: [u8; 32],
+    /// Its Node is known (membership off, the known Nodes are live).
+    #[serde(skip)]
+    pub known: bool,
 }
 
 fn hex<S: Serializer>(h: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
@@ -168,7 +171,8 @@ impl Decision {
 
 /// The decision for the Service `svc` (`None`: deleted) on the node `me`.
 /// `slices`: the Service's EndpointSlices. Checks in MetalLB's order
-/// (speaker.md 1.7 then 3.1).
+/// (speaker.md 1.7 then 3.1). The same as [`prepare`] then
+/// [`Prepared::decide`].
 pub fn decide(
     config: &Config,
     me: &str,
@@ -177,55 +181,111 @@ pub fn decide(
     slices: &[Arc<EndpointSlice>],
     options: &Options,
 ) -> Decision {
+    match prepare(config, me, cluster.nodes, svc, slices, options) {
+        Ok(p) => p.decide(me, cluster.live),
+        Err(reason) => Decision::withdraw(reason),
+    }
+}
+
+/// A Service's election before the live speakers are known: every check
+/// that does not depend on them passed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Prepared {
+    /// Every candidate whatever its liveness (the known Nodes and the nodes
+    /// the advertisements select), in election order: the election among
+    /// any live set is this order with the nodes not live left out.
+    pub order: Election,
+    /// What `me` announces if it wins.
+    pub if_won: Announcement,
+}
+
+impl Prepared {
+    /// The decision when `live` are the live speakers (`None`: membership
+    /// off, the known Nodes of `nodes` count).
+    pub fn decide(self, me: &str, live: Option<&BTreeSet<String>>) -> Decision {
+        let Prepared { order, if_won } = self;
+        let election = Election {
+            ip: order.ip,
+            candidates: order
+                .candidates
+                .into_iter()
+                .filter(|c| match live {
+                    Some(l) => l.contains(&c.node),
+                    None => c.known,
+                })
+                .collect(),
+        };
+        let result = if election.winner() == Some(me) {
+            Ok(if_won)
+        } else {
+            Err(Reason::NotOwner)
+        };
+        Decision {
+            election: Some(election),
+            result,
+        }
+    }
+}
+
+/// The checks of [`decide`] that do not depend on the live speakers, and
+/// the election order among every node that could be live; `Err`: the
+/// Service is withdrawn whoever is live.
+pub fn prepare(
+    config: &Config,
+    me: &str,
+    nodes: &BTreeMap<String, NodeFacts>,
+    svc: Option<&Service>,
+    slices: &[Arc<EndpointSlice>],
+    options: &Options,
+) -> Result<Prepared, Reason> {
     let Some(svc) = svc else {
-        return Decision::withdraw(Reason::ServiceDeleted);
+        return Err(Reason::ServiceDeleted);
     };
     if !services::is_load_balancer(svc) {
-        return Decision::withdraw(Reason::NotLoadBalancer);
+        return Err(Reason::NotLoadBalancer);
     }
     if !services::handles_class(svc, &options.lb_class) {
-        return Decision::withdraw(Reason::OtherLoadBalancerClass);
+        return Err(Reason::OtherLoadBalancerClass);
     }
     // Go parses an IPv4-mapped IPv6 address as the IPv4 address it maps
     // (in the pool check, the hash and the ARP answers alike).
     let ips: Vec<IpAddr> = match services::ingress_ips(svc) {
         Ok(ips) => ips.into_iter().map(|ip| ip.to_canonical()).collect(),
-        Err(_) => return Decision::withdraw(Reason::InvalidIp),
+        Err(_) => return Err(Reason::InvalidIp),
     };
     let Some(first) = ips.first().copied() else {
-        return Decision::withdraw(Reason::NoIpAllocated);
+        return Err(Reason::NoIpAllocated);
     };
     let Some(pool) = config
         .pools
         .values()
         .find(|p| ips.iter().all(|ip| p.contains(*ip)))
     else {
-        return Decision::withdraw(Reason::IpNotAllowed);
+        return Err(Reason::IpNotAllowed);
     };
     if !endpoints::has_serving_endpoint(slices, Addresses::NotRequired) {
-        return Decision::withdraw(Reason::NotOwner);
+        return Err(Reason::NotOwner);
     }
     let ads = ads_for_service(config, pool, svc);
     if shares_ip(svc) && ads.iter().any(|a| !a.service_selectors.is_empty()) {
-        return Decision::withdraw(Reason::SharedIpWithServiceSelector);
+        return Err(Reason::SharedIpWithServiceSelector);
     }
     if !ads.iter().any(|a| a.nodes.contains(me)) {
-        return Decision::withdraw(Reason::NoMatchingAdvertisement);
+        return Err(Reason::NoMatchingAdvertisement);
     }
-    let election = elect(&ads, cluster, svc, slices, first, options);
-    let result = if election.winner() == Some(me) {
-        Ok(Announcement {
+    // Every node that may be live: the known ones, and those the
+    // advertisements select (a live speaker without a known Node).
+    let mut universe: BTreeSet<&str> = nodes.keys().map(String::as_str).collect();
+    universe.extend(ads.iter().flat_map(|a| a.nodes.iter().map(String::as_str)));
+    let order = order(&ads, universe, nodes, svc, slices, first, options);
+    Ok(Prepared {
+        order,
+        if_won: Announcement {
             ips,
             pool: pool.name.clone(),
             interfaces: interfaces(&ads, me),
-        })
-    } else {
-        Err(Reason::NotOwner)
-    };
-    Decision {
-        election: Some(election),
-        result,
-    }
+        },
+    })
 }
 
 /// Whether the Service carries an `allow-shared-ip` annotation.
@@ -266,13 +326,26 @@ pub fn elect(
     ip: IpAddr,
     options: &Options,
 ) -> Election {
-    let live: Vec<&str> = match cluster.live {
+    let live: BTreeSet<&str> = match cluster.live {
         Some(l) => l.iter().map(String::as_str).collect(),
         None => cluster.nodes.keys().map(String::as_str).collect(),
     };
-    let mut nodes: BTreeSet<&str> = live
+    order(ads, live, cluster.nodes, svc, slices, ip, options)
+}
+
+/// The ordered candidates among `universe`.
+fn order(
+    ads: &[&L2Advertisement],
+    universe: BTreeSet<&str>,
+    known: &BTreeMap<String, NodeFacts>,
+    svc: &Service,
+    slices: &[Arc<EndpointSlice>],
+    ip: IpAddr,
+    options: &Options,
+) -> Election {
+    let mut nodes: BTreeSet<&str> = universe
         .into_iter()
-        .filter(|n| match cluster.nodes.get(*n) {
+        .filter(|n| match known.get(*n) {
             // A live speaker without a known Node is not excluded here (the
             // advertisements' node sets hold known Nodes only).
             None => true,
@@ -292,7 +365,7 @@ pub fn elect(
             h.update(n.as_bytes());
             h.update(b"#");
             h.update(ip.as_bytes());
-            (score(ads, n, cluster.nodes.get(n)), h.finalize().into(), n)
+            (score(ads, n, known.get(n)), h.finalize().into(), n)
         })
         .collect();
     keyed.sort_unstable_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
@@ -302,6 +375,7 @@ pub fn elect(
             node: node.to_owned(),
             score,
             hash,
+            known: known.contains_key(node),
         })
         .collect();
     Election { ip, candidates }
