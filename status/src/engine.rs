@@ -1165,6 +1165,17 @@ impl<K: StatusObject> Engine<K> {
                 };
                 if let Some(s) = state {
                     s.in_flight = false;
+                    // The scope's own list gates every create of the writer:
+                    // a refusal (403) is retried as a transient error, not at
+                    // the 5-minute pace of a write refused. A returning API
+                    // server refuses with 403 for seconds while its RBAC
+                    // cache fills; a speaker started meanwhile wrote no
+                    // status for a new Service for 5 minutes (bench-bgp-faults
+                    // etcd-compact with --sabotage, issue 27 item 3).
+                    let class = match class {
+                        Class::Permanent if own => Class::Transient,
+                        other => other,
+                    };
                     s.pace.failed(class, &backoff, now);
                 }
                 return;

@@ -809,3 +809,32 @@ async fn bgp_session_names_are_node_dash_peer_and_never_change() {
     // Failures of a create back off like any other request.
     assert_eq!(Class::of_code(503), Class::Transient);
 }
+
+/// The scope's own list refused (403: a returning API server whose RBAC
+/// cache is not filled yet) is asked again within the transient backoff,
+/// not after the 5 minutes of a refused write: every create of the writer
+/// waits for it. Seen in bench-bgp-faults: a speaker started while the API
+/// server was down wrote no ServiceBGPStatus for a new Service for minutes.
+#[test]
+fn a_refused_scope_list_is_retried_soon() {
+    let mut e = Engine::<ServiceL2Status>::labeled(exact(), LabelScope::node(NS, "node-1"));
+    let t = std::time::Instant::now();
+    e.initial_sync_done();
+    e.set_labeled(svc_labels("web"), Desired::new(l2("node-1", "web")));
+    let list = e.poll(t);
+    assert!(matches!(&list[..], [Action::List { .. }]), "{list:?}");
+    e.complete(&list[0], Outcome::Failed(Class::Permanent), t);
+    assert_eq!(e.poll(t), [], "not at once");
+    let again = e.poll(t + Duration::from_secs(2));
+    assert!(matches!(&again[..], [Action::List { .. }]), "{again:?}");
+    e.complete(
+        &again[0],
+        Outcome::Listed(Vec::new()),
+        t + Duration::from_secs(2),
+    );
+    let create = e.poll(t + Duration::from_secs(2));
+    assert!(
+        matches!(&create[..], [Action::CreateGenerated { .. }]),
+        "{create:?}"
+    );
+}
