@@ -209,8 +209,7 @@ impl Cluster {
 
 // ---- layer 2, membership ----
 
-/// Claims by address: the owners (Service keys) answering for it.
-type Claims = Arc<Mutex<BTreeMap<IpAddr, BTreeSet<String>>>>;
+use common::Claims;
 
 #[derive(Clone, Default)]
 struct FakeL2 {
@@ -226,21 +225,10 @@ impl L2Ops for FakeL2 {
         BTreeSet::from(["eth0".to_owned()])
     }
     fn claim(&mut self, owner: &str, ip: IpAddr, _: AllowedInterfaces) {
-        self.claims
-            .lock()
-            .unwrap()
-            .entry(ip)
-            .or_default()
-            .insert(owner.to_owned());
+        common::claim(&self.claims, owner, ip);
     }
     fn release(&mut self, owner: &str, ip: IpAddr) {
-        let mut c = self.claims.lock().unwrap();
-        if let Some(o) = c.get_mut(&ip) {
-            o.remove(owner);
-            if o.is_empty() {
-                c.remove(&ip);
-            }
-        }
+        common::release(&self.claims, owner, ip);
     }
 }
 

@@ -36,7 +36,7 @@ const ME: &str = "node-0";
 /// Claims by address (owner Service keys), and when the first claim came.
 #[derive(Clone, Default)]
 struct FakeL2 {
-    claims: Arc<Mutex<BTreeMap<IpAddr, BTreeSet<String>>>>,
+    claims: common::Claims,
     first_claim: Arc<Mutex<Option<Instant>>>,
 }
 
@@ -49,21 +49,10 @@ impl L2Ops for FakeL2 {
             .lock()
             .unwrap()
             .get_or_insert_with(Instant::now);
-        self.claims
-            .lock()
-            .unwrap()
-            .entry(ip)
-            .or_default()
-            .insert(owner.to_owned());
+        common::claim(&self.claims, owner, ip);
     }
     fn release(&mut self, owner: &str, ip: IpAddr) {
-        let mut c = self.claims.lock().unwrap();
-        if let Some(o) = c.get_mut(&ip) {
-            o.remove(owner);
-            if o.is_empty() {
-                c.remove(&ip);
-            }
-        }
+        common::release(&self.claims, owner, ip);
     }
 }
 

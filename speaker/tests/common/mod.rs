@@ -1,7 +1,9 @@
 //! Fakes shared by the speaker's socket-less tests: sessions and a BFD that
-//! record what the speaker asks of them.
+//! record what the speaker asks of them, and the claims a fake layer-2
+//! responder holds.
 #![allow(dead_code)]
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
@@ -13,6 +15,31 @@ use speaker::decide::sessions::{BfdSpec, SessionSpec};
 use tokio::sync::mpsc;
 
 pub type Log = Arc<Mutex<Vec<String>>>;
+
+/// Claims by address: the owners (Service keys) answering for it, as a fake
+/// layer-2 responder records them.
+pub type Claims = Arc<Mutex<BTreeMap<IpAddr, BTreeSet<String>>>>;
+
+/// `owner` claims `ip`.
+pub fn claim(claims: &Claims, owner: &str, ip: IpAddr) {
+    claims
+        .lock()
+        .unwrap()
+        .entry(ip)
+        .or_default()
+        .insert(owner.to_owned());
+}
+
+/// `owner` releases `ip` (an address no owner claims is gone).
+pub fn release(claims: &Claims, owner: &str, ip: IpAddr) {
+    let mut c = claims.lock().unwrap();
+    if let Some(o) = c.get_mut(&ip) {
+        o.remove(owner);
+        if o.is_empty() {
+            c.remove(&ip);
+        }
+    }
+}
 
 pub struct FakeSession {
     peer: String,
