@@ -2010,6 +2010,18 @@ mod tests {
         format!("{host}:7946").parse().unwrap()
     }
 
+    /// memberlist's retransmitLimit, not foca's truncation (once at two).
+    #[test]
+    fn updates_are_sent_as_often_as_memberlist_sends_them() {
+        let limits: Vec<u8> = [1, 2, 9, 10, 99, 100, 999, 1000, 5000]
+            .iter()
+            .map(|n| retransmit_limit(*n, 4).get())
+            .collect();
+        assert_eq!(limits, [4, 4, 4, 8, 8, 12, 12, 16, 16]);
+        assert_eq!(swim_config(2, false).max_transmissions.get(), 4);
+        assert_eq!(swim_config(2, true).max_transmissions.get(), 4);
+    }
+
     /// The core under test: node-0 at 192.0.2.1.
     fn core() -> Core {
         Core::new(Config::new("node-0", addr("192.0.2.1"), 1), key(), 7)

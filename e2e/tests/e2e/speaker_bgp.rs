@@ -117,6 +117,27 @@ async fn sessions(lab: &Lab, ns: &str) -> Result<Vec<(String, String, String)>> 
     Ok(out)
 }
 
+/// Gives the Service `ns/name` the ingress `ip` in its status, as a controller
+/// would.
+async fn set_ingress(lab: &Lab, ns: &str, name: &str, ip: &str) -> Result<()> {
+    lab.kubectl_ok(
+        &[
+            "-n",
+            ns,
+            "patch",
+            "svc",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &json!({"status": {"loadBalancer": {"ingress": [{"ip": ip}]}}}).to_string(),
+        ],
+        None,
+    )
+    .await?;
+    Ok(())
+}
+
 /// Waits (10 s) until no ServiceBGPStatus has `status.<field>` == `value`.
 async fn no_bgp_status(lab: &Lab, ns: &str, field: &str, value: &str) -> Result<()> {
     wait_until(
@@ -356,21 +377,7 @@ async fn scenario(
         .endpoints(vec![EndpointSpec::ready("node-2")]);
     let created = Instant::now();
     lab.create_lb_service(ns, &svc).await?;
-    lab.kubectl_ok(
-        &[
-            "-n",
-            ns,
-            "patch",
-            "svc",
-            "web",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            &json!({"status": {"loadBalancer": {"ingress": [{"ip": IP}]}}}).to_string(),
-        ],
-        None,
-    )
-    .await?;
+    set_ingress(lab, ns, "web", IP).await?;
     let paths = wait_paths(frr, &prefix, 3, Duration::from_secs(10)).await?;
     eprintln!(
         "FRR: 3 paths to {prefix} {:?} after creation",
@@ -513,21 +520,7 @@ spec: {{communities: ["64512:7"], nodeSelectors: [{{matchLabels: {{{rack}: b}}}}
     );
     no_bgp_status(lab, ns, "serviceName", "web").await?;
     set_type("LoadBalancer").await?;
-    lab.kubectl_ok(
-        &[
-            "-n",
-            ns,
-            "patch",
-            "svc",
-            "web",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            &json!({"status": {"loadBalancer": {"ingress": [{"ip": IP}]}}}).to_string(),
-        ],
-        None,
-    )
-    .await?;
+    set_ingress(lab, ns, "web", IP).await?;
     wait_paths(frr, &prefix, 3, Duration::from_secs(10)).await?;
 
     // BFD: node-1's cable is cut silently; its session goes down within the detection
