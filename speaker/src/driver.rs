@@ -502,7 +502,12 @@ where
                 // owners' first (before any other work of the turn).
                 let mut n = 0;
                 if !all {
-                    for d in speaker.decide_live() {
+                    let lookup = |key: &str| {
+                        let (ns, name) = key.split_once('/').unwrap_or(("", key));
+                        let svc = services.get(&ObjectRef::new(name).within(ns));
+                        (svc, view.endpoint_slices_of(key))
+                    };
+                    for d in speaker.decide_live(lookup) {
                         log_decision(&d.key, "layer2", &d.result, d.changed);
                         n += 1;
                     }

@@ -116,6 +116,8 @@ pub struct NodeSpeaker<F: SessionFactory, B: BfdOps, L: L2Ops = NoL2> {
     /// speakers decides it again without the configuration, the hashes or
     /// the Service ([`NodeSpeaker::decide_live`]).
     l2_cache: BTreeMap<String, L2Cached>,
+    /// How much of each election order [`NodeSpeaker::l2_cache`] keeps.
+    l2_prefix: OrderPrefix,
     /// The nodes that joined or left since the last
     /// [`NodeSpeaker::decide_live`] (`All`: membership turned on or off).
     live_changed: Option<LiveChanged>,
@@ -144,11 +146,43 @@ impl Names {
     }
 }
 
+/// How much of a layer-2 Service's election order is cached: its first
+/// candidates, at least `min_len` of them and on until `min_live` of them
+/// are live (or the order ends). Whoever is live, the winner and the next
+/// are the first two live candidates of the whole order; while two of the
+/// prefix are live they are the prefix's, so a change of a node outside the
+/// prefix changes nothing. When fewer than two of a cut prefix are left
+/// live, the Service is decided again in full (and cached anew).
+///
+/// 5,000 candidates for each of 10,000 Services would hold 200 MB; a prefix
+/// of 16 holds 640 KB.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OrderPrefix {
+    /// Candidates kept at least.
+    pub min_len: usize,
+    /// Live candidates kept at least (2 at least: the winner and the next).
+    pub min_live: usize,
+}
+
+impl Default for OrderPrefix {
+    /// 16 candidates and 8 live ones: with half of the nodes lost at once,
+    /// about 1 Service in 30 has fewer than 2 of its 8 live left and is
+    /// decided again in full.
+    fn default() -> Self {
+        OrderPrefix {
+            min_len: 16,
+            min_live: 8,
+        }
+    }
+}
+
 /// A layer-2 Service's election, cached.
 struct L2Cached {
-    /// The candidates whatever their liveness, in election order
-    /// ([`l2::Prepared::order`]), as [`Names`] ids.
+    /// The first candidates whatever their liveness, in election order
+    /// ([`l2::Prepared::order`]), as [`Names`] ids ([`OrderPrefix`]).
     order: Box<[u32]>,
+    /// The whole order is longer than [`L2Cached::order`].
+    cut: bool,
     /// What this node announces if it wins.
     if_won: l2::Announcement,
     /// The winner and the next candidate among the live speakers, as last
@@ -173,6 +207,10 @@ pub struct LiveDecided {
     /// Whether what this node announces for it changed.
     pub changed: bool,
 }
+
+/// A cached election order cut too short to tell the winner and the next
+/// among the live speakers.
+struct CutShort;
 
 /// What applying a layer-2 result did.
 struct L2Applied {
@@ -229,6 +267,7 @@ impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B, NoL2> {
             initial_pass: true,
             names: Names::default(),
             l2_cache: BTreeMap::new(),
+            l2_prefix: OrderPrefix::default(),
             live_changed: None,
         }
     }
@@ -254,6 +293,7 @@ impl<F: SessionFactory, B: BfdOps> NodeSpeaker<F, B, NoL2> {
             initial_pass: self.initial_pass,
             names: self.names,
             l2_cache: self.l2_cache,
+            l2_prefix: self.l2_prefix,
             live_changed: self.live_changed,
         }
     }
@@ -302,10 +342,15 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
     /// include a node that joined or left: those whose winner is no longer
     /// live first, then the others, each from its cached election order
     /// (no hash, no configuration or Service read; the result is the one
-    /// [`NodeSpeaker::service`] would give). Returns them in that order.
-    /// Call [`NodeSpeaker::publish`] and take the effects after it, as
-    /// after [`NodeSpeaker::service`].
-    pub fn decide_live(&mut self) -> Vec<LiveDecided> {
+    /// [`NodeSpeaker::service`] would give). A Service whose cached prefix
+    /// of candidates ([`OrderPrefix`]) has fewer than two live left is
+    /// decided in full, with its Service and EndpointSlices from `lookup`.
+    /// Returns them in that order. Call [`NodeSpeaker::publish`] and take
+    /// the effects after it, as after [`NodeSpeaker::service`].
+    pub fn decide_live<S>(&mut self, mut lookup: S) -> Vec<LiveDecided>
+    where
+        S: FnMut(&str) -> (Option<Arc<Service>>, Vec<Arc<EndpointSlice>>),
+    {
         let Some(changed) = self.live_changed.take() else {
             return Vec::new();
         };
@@ -335,8 +380,10 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
             .filter(|(_, c)| c.elected.0.is_some_and(|w| !self.is_live(w)))
             .map(|(k, _)| k.clone())
             .collect();
-        let mut decided: Vec<LiveDecided> =
-            first.iter().map(|key| self.live_decided(key)).collect();
+        let mut decided: Vec<LiveDecided> = first
+            .iter()
+            .map(|key| self.live_decided(key, &mut lookup))
+            .collect();
         let first: BTreeSet<String> = first.into_iter().collect();
         let rest: Vec<String> = self
             .l2_cache
@@ -350,17 +397,38 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
             })
             .map(|(k, _)| k.clone())
             .collect();
-        decided.extend(rest.iter().map(|key| self.live_decided(key)));
+        decided.extend(rest.iter().map(|key| self.live_decided(key, &mut lookup)));
         decided
     }
 
-    fn live_decided(&mut self, key: &str) -> LiveDecided {
-        let a = self.redecide_cached(key, false).expect("cached");
+    fn live_decided<S>(&mut self, key: &str, lookup: &mut S) -> LiveDecided
+    where
+        S: FnMut(&str) -> (Option<Arc<Service>>, Vec<Arc<EndpointSlice>>),
+    {
+        let (result, changed) = match self.redecide_cached(key, false).expect("cached") {
+            Ok(a) => (a.result, a.changed),
+            Err(CutShort) => {
+                let (svc, slices) = lookup(key);
+                let d = self
+                    .service(key, svc.as_deref(), &slices)
+                    .expect("decided from a cache, so configured");
+                (d.l2, d.l2_changed)
+            }
+        };
         LiveDecided {
             key: key.to_owned(),
-            result: a.result,
-            changed: a.changed,
+            result,
+            changed,
         }
+    }
+
+    /// How much of each layer-2 election order is cached from now on
+    /// (`min_live` at least 2).
+    pub fn set_l2_order_prefix(&mut self, prefix: OrderPrefix) {
+        self.l2_prefix = OrderPrefix {
+            min_len: prefix.min_len,
+            min_live: prefix.min_live.max(2),
+        };
     }
 
     /// Every Service was decided with the live speakers in force (a full
@@ -388,18 +456,22 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
 
     /// The Service `key`'s layer-2 result from its cached order and the live
     /// speakers, applied (`force`: even when its winner and next did not
-    /// change). `None`: not cached.
-    fn redecide_cached(&mut self, key: &str, force: bool) -> Option<L2Applied> {
+    /// change). `None`: not cached; `Err`: its cached prefix is too short to
+    /// tell (decide it in full).
+    fn redecide_cached(&mut self, key: &str, force: bool) -> Option<Result<L2Applied, CutShort>> {
         let me = self.facts.as_ref()?.name.clone();
         let c = self.l2_cache.get(key)?;
         let mut live = c.order.iter().copied().filter(|i| self.is_live(*i));
         let elected = (live.next(), live.next());
+        if c.cut && elected.1.is_none() {
+            return Some(Err(CutShort));
+        }
         if !force && elected == c.elected {
             let won = elected.0.is_some_and(|w| self.names.name(w) == me);
-            return Some(L2Applied {
+            return Some(Ok(L2Applied {
                 result: if won { Ok(()) } else { Err(Reason::NotOwner) },
                 changed: false,
-            });
+            }));
         }
         let (winner, next) = (
             elected.0.map(|i| self.names.name(i).to_owned()),
@@ -417,7 +489,7 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
         } else {
             Err(Reason::NotOwner)
         };
-        Some(self.apply_l2(key, announce, successor_of))
+        Some(Ok(self.apply_l2(key, announce, successor_of)))
     }
 
     /// Applies a layer-2 result: who this node succeeds, the claims and the
@@ -561,19 +633,30 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
                 self.apply_l2(key, Err(reason), None)
             }
             Ok(p) => {
-                let order: Box<[u32]> = p
-                    .order
-                    .candidates
-                    .iter()
-                    .map(|c| self.names.id(&c.node))
-                    .collect();
+                // The prefix: `min_len` candidates, then on until `min_live`
+                // of them are live.
+                let all = p.order.candidates.len();
+                let mut order = Vec::with_capacity(all.min(self.l2_prefix.min_len));
+                let mut live = 0;
+                for c in &p.order.candidates {
+                    if order.len() >= self.l2_prefix.min_len && live >= self.l2_prefix.min_live {
+                        break;
+                    }
+                    let id = self.names.id(&c.node);
+                    live += usize::from(self.is_live(id));
+                    order.push(id);
+                }
                 let cached = L2Cached {
-                    order,
+                    cut: order.len() < all,
+                    order: order.into_boxed_slice(),
                     if_won: p.if_won,
                     elected: (None, None),
                 };
                 self.l2_cache.insert(key.to_owned(), cached);
-                self.redecide_cached(key, true).expect("just cached")
+                match self.redecide_cached(key, true).expect("just cached") {
+                    Ok(a) => a,
+                    Err(CutShort) => unreachable!("a cut prefix holds two live candidates"),
+                }
             }
         };
         let (Some(cfg), Some(facts)) = (self.tracker.running(), self.facts.as_ref()) else {

@@ -28,7 +28,7 @@ use speaker::decide::NodeFacts;
 use speaker::decide::bgp::Options;
 use speaker::decide::l2;
 use speaker::l2_speaker::L2Ops;
-use speaker::node::NodeSpeaker;
+use speaker::node::{NodeSpeaker, OrderPrefix};
 use tokio::sync::mpsc;
 
 const ME: &str = "node-0";
@@ -192,6 +192,19 @@ spec:
         FakeL2,
         mpsc::Receiver<speaker::bgp_speaker::PeerEvent>,
     ) {
+        self.speaker_with(live, OrderPrefix::default())
+    }
+
+    /// The same, caching `prefix` of each election order.
+    fn speaker_with(
+        &self,
+        live: Option<BTreeSet<String>>,
+        prefix: OrderPrefix,
+    ) -> (
+        Speaker,
+        FakeL2,
+        mpsc::Receiver<speaker::bgp_speaker::PeerEvent>,
+    ) {
         let (tx, rx) = mpsc::channel(16);
         let log = common::Log::default();
         let l2 = FakeL2::default();
@@ -200,12 +213,23 @@ spec:
             BgpSpeaker::new(ME, FakeFactory(log.clone()), FakeBfd(log, 0), tx),
         )
         .with_l2(l2.clone());
+        s.set_l2_order_prefix(prefix);
         let out = s.load(Ok(self.config.clone()), self.nodes[ME].clone());
         assert!(matches!(out.loaded, Loaded::Accepted));
         s.set_nodes(self.nodes.clone());
         s.set_live(live);
         self.full_pass(&mut s);
         (s, l2, rx)
+    }
+
+    /// The Service and slices of a key, as the driver's stores give them.
+    #[allow(clippy::type_complexity)]
+    fn lookup(&self) -> impl FnMut(&str) -> (Option<Arc<Service>>, Vec<Arc<EndpointSlice>>) + '_ {
+        |key| {
+            let i: usize = key.trim_start_matches("default/svc-").parse().unwrap();
+            let (_, svc, slices) = &self.services[i];
+            (Some(Arc::new(svc.clone())), slices.clone())
+        }
     }
 
     fn full_pass(&self, s: &mut Speaker) {
@@ -266,7 +290,7 @@ fn a_lost_node_re_decides_only_the_services_it_is_a_candidate_of_its_own_first()
     assert!(!owned.is_empty() && owned.is_subset(&candidate_of));
 
     assert!(s.set_live(Some(after.clone())));
-    let decided = s.decide_live();
+    let decided = s.decide_live(w.lookup());
     let keys: Vec<String> = decided.iter().map(|d| d.key.clone()).collect();
     assert_eq!(
         keys.iter().cloned().collect::<BTreeSet<_>>(),
@@ -287,11 +311,11 @@ fn a_lost_node_re_decides_only_the_services_it_is_a_candidate_of_its_own_first()
         );
     }
     // Nothing left to do; a change of a node nobody elects decides nothing.
-    assert!(s.decide_live().is_empty());
+    assert!(s.decide_live(w.lookup()).is_empty());
     let mut with_stranger = after.clone();
     with_stranger.insert("node-unknown".into());
     s.set_live(Some(with_stranger));
-    assert!(s.decide_live().is_empty());
+    assert!(s.decide_live(w.lookup()).is_empty());
     // The claims are a full pass's.
     let (_full, full_l2, _rx2) = w.speaker(Some(after));
     assert_eq!(l2.claims(), full_l2.claims());
@@ -330,9 +354,23 @@ fn outcome(s: &mut Speaker, l2: &FakeL2) -> impl PartialEq + std::fmt::Debug {
 #[test]
 fn decisions_from_the_cached_orders_are_a_full_pass_s_over_random_live_sets() {
     let w = World::new(12, 3, 90, true);
-    for seed in 1..=8u64 {
+    // The default prefix holds every order here (5 candidates at most); the
+    // short ones are cut after 2 or 3 candidates, so that most changes leave
+    // some prefix with fewer than two live (decided in full then).
+    let prefixes = [
+        OrderPrefix::default(),
+        OrderPrefix {
+            min_len: 1,
+            min_live: 2,
+        },
+        OrderPrefix {
+            min_len: 3,
+            min_live: 2,
+        },
+    ];
+    for (seed, prefix) in (1..=12u64).zip(prefixes.into_iter().cycle()) {
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-        let (mut inc, inc_l2, _r1) = w.speaker(None);
+        let (mut inc, inc_l2, _r1) = w.speaker_with(None, prefix);
         let (mut full, full_l2, _r2) = w.speaker(None);
         for step in 0..60 {
             // Mostly small changes, sometimes membership off or a new set.
@@ -349,13 +387,13 @@ fn decisions_from_the_cached_orders_are_a_full_pass_s_over_random_live_sets() {
                 Some(l)
             };
             inc.set_live(live.clone());
-            let decided = inc.decide_live();
+            let decided = inc.decide_live(w.lookup());
             full.set_live(live.clone());
             w.full_pass(&mut full);
             assert_eq!(
                 outcome(&mut inc, &inc_l2),
                 outcome(&mut full, &full_l2),
-                "seed {seed} step {step} live {live:?}"
+                "seed {seed} step {step} live {live:?} prefix {prefix:?}"
             );
             for d in decided {
                 let i: usize = d.key.trim_start_matches("default/svc-").parse().unwrap();
@@ -363,6 +401,71 @@ fn decisions_from_the_cached_orders_are_a_full_pass_s_over_random_live_sets() {
             }
         }
     }
+}
+
+#[test]
+fn the_cache_holds_a_prefix_of_each_order_long_enough_for_the_live_ones() {
+    let w = World::new(200, 1, 100, false);
+    let all = names(0..200);
+    // Every node live: 16 candidates of each order's 200.
+    let (mut s, l2, _rx) = w.speaker(Some(all.clone()));
+    assert_eq!(s.l2_cached(), (100, 100 * 16));
+    // A node in no Service's prefix goes: nothing is decided again.
+    let in_a_prefix: BTreeSet<String> = (0..100)
+        .flat_map(|i| {
+            let e = w.decide(i, None).election.unwrap();
+            e.candidates.into_iter().take(16).map(|c| c.node)
+        })
+        .collect();
+    let outside = all
+        .iter()
+        .find(|n| !in_a_prefix.contains(*n))
+        .unwrap()
+        .clone();
+    let mut after = all.clone();
+    after.remove(&outside);
+    s.set_live(Some(after.clone()));
+    assert!(
+        s.decide_live(w.lookup()).is_empty(),
+        "{outside} is in no prefix"
+    );
+    // Only 10 of the 200 live (speakers on a few nodes, every Node a
+    // candidate): each prefix runs on until 8 of them, not over all 200.
+    let few = names((0..200).step_by(20));
+    let (few_s, _l2, _rx) = w.speaker(Some(few.clone()));
+    let (cached, held) = few_s.l2_cached();
+    assert_eq!(cached, 100);
+    let longest = (0..100)
+        .map(|i| {
+            let e = w.decide(i, None).election.unwrap();
+            // up to the 8th live one, 16 at least
+            let eighth = e
+                .candidates
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| few.contains(&c.node))
+                .nth(7)
+                .map_or(e.candidates.len(), |(i, _)| i + 1);
+            eighth.max(16).min(e.candidates.len())
+        })
+        .sum::<usize>();
+    assert_eq!(held, longest, "each order up to its 8th live candidate");
+    assert!(held < 100 * 200 / 2, "{held} candidates held");
+    // The live ones go one by one, down to this node alone: every step is
+    // a full pass's (the prefixes run short of live candidates on the way).
+    let mut live = few.clone();
+    let (mut inc, inc_l2, _r) = w.speaker(Some(live.clone()));
+    while live.len() > 1 {
+        let gone = live.iter().next_back().unwrap().clone();
+        live.remove(&gone);
+        inc.set_live(Some(live.clone()));
+        inc.decide_live(w.lookup());
+        let (full, full_l2, _rf) = w.speaker(Some(live.clone()));
+        assert_eq!(inc_l2.claims(), full_l2.claims(), "{} live", live.len());
+        assert_eq!(inc.watched_owners(), full.watched_owners());
+    }
+    assert_eq!(inc_l2.claims().len(), 100, "this node alone answers all");
+    drop(l2);
 }
 
 fn env(name: &str, default: usize) -> usize {
@@ -406,7 +509,7 @@ fn incremental_vs_full_pass_timing() {
 
     let t = Instant::now();
     inc.set_live(Some(after.clone()));
-    let decided = inc.decide_live();
+    let decided = inc.decide_live(w.lookup());
     let inc_took = t.elapsed();
     let inc_first = inc_l2.first_claim.lock().unwrap().map(|c| c - t);
 
