@@ -120,9 +120,22 @@ node_proc_pid() {
   exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
   exe=${exe% (deleted)}
   [ "${exe##*/}" = "$want" ] || return 1
-  cmdline=$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+  cmdline=$(tr '\0' '\n' 2>/dev/null <"/proc/$pid/cmdline") || return 1
   [[ $cmdline == *"$mark"* ]] || return 1
   echo "$pid"
+}
+
+# node_proc_starting FILE: the pid in FILE is a child of this shell that has not exited
+# (not a zombie): still going through setsid, nsenter, unshare and sh to its binary, when
+# node_proc_pid cannot tell it from an exit (as lab/cluster's still_starting).
+node_proc_starting() {
+  local pid stat state ppid
+  pid=$(cat "$1" 2>/dev/null) || return 1
+  [[ $pid =~ ^[0-9]+$ ]] || return 1
+  stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
+  read -r state ppid _ <<<"${stat##*) }"
+  [ "$state" != Z ] && [ "$state" != X ] || return 1
+  [ "$ppid" = "$$" ] || [ "$ppid" = "$BASHPID" ]
 }
 
 stop_pid_file() {
@@ -465,6 +478,7 @@ nodes_up() {
     until containerd_ready "$node"; do
       dir=$(node_dir "$node")
       node_proc_pid "$dir/containerd.pid" containerd >/dev/null ||
+        node_proc_starting "$dir/containerd.pid" ||
         die "containerd of $node exited; last lines of its log:
 $(tail -n 30 "$STATE_DIR/logs/containerd-$node.log")"
       [ $SECONDS -lt $deadline ] || die "containerd of $node did not answer in 60 s"
@@ -494,6 +508,7 @@ $(tail -n 30 "$STATE_DIR/logs/containerd-$node.log")"
     dir=$(node_dir "$node")
     until node_ready "$node"; do
       node_proc_pid "$dir/kubelet.pid" kubelet >/dev/null ||
+        node_proc_starting "$dir/kubelet.pid" ||
         die "the kubelet of $node exited; last lines of its log:
 $(tail -n 30 "$STATE_DIR/logs/kubelet-$node.log")"
       [ $SECONDS -lt $deadline ] ||
