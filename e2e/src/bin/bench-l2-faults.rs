@@ -36,6 +36,12 @@
 //! - `two-speakers-loss`: in a lab of its own with only two speakers, 5 % of the UDP
 //!   datagrams to port 7946 dropped at random for 60 s as they leave each node
 //!   (nftables in the node namespaces: each direction loses 5 %); nothing should move.
+//! - `soak` (not in the default list: `--soak SECS`, 600 by default): the speakers
+//!   CPU-starved and 1 % of the datagrams to port 7946 lost at every node for SECS:
+//!   the speakers in a cgroup (v1 `cpu`) of their own with `cpu.shares` `--soak-shares`
+//!   (102 by default: what the kubelet gives a container requesting the chart's 100m),
+//!   beside two busy loops per core in another with 1024 (issue 24 item 9: not in the
+//!   same cgroup); nothing should move. The speakers' CPU time is reported.
 //!
 //! A speaker that exits during an API server fault is started again at once (the
 //! kubelet's part, without its back-off), counted in `speaker_restarts`.
@@ -72,7 +78,8 @@ const USAGE: &str = "\
 usage: bench-l2-faults [--impl ours|metallb|both] [--fence | --ml-self-fence]
                        [--speakers N] [--services N] [--services6 N] [--rounds R]
                        [--faults LIST]
-                       [--post SECS] [--flood-rate N] [--ours-bin DIR]
+                       [--post SECS] [--flood-rate N] [--soak SECS] [--soak-shares N]
+                       [--ours-bin DIR]
                        [--metallb-bin DIR] [--out FILE]
 
 The layer-2 fault suite against the lab (lab/cluster up, root, the test kit's tools),
@@ -86,9 +93,12 @@ MetalLB's speaker with memberlist as the anchor in the same run:
   --rounds R       rounds of each fault (default 3)
   --faults LIST    default quiet,restart-api-away,restart-api-killed,partition,stall,
                    watcher-flap,long-cut,flood,two-speakers-loss (also: sabotage, the
-                   prober's check); two-speakers-loss runs in a 2-speaker lab of its own
+                   prober's check; soak); two-speakers-loss runs in a 2-speaker lab of
+                   its own
   --post SECS      measured after each fault is undone (default 20)
   --flood-rate N   datagrams per second of the flood (default 20000, at most 50000)
+  --soak SECS      length of the soak fault (default 600, at most 3600)
+  --soak-shares N  cpu.shares of the speakers' cgroup in the soak (default 102, 2 to 1024)
   --ours-bin       directory of our speaker (default $CARGO_TARGET_DIR/release, else
                    <repo>/target/release)
   --metallb-bin    directory of MetalLB's (default: lab/build-metallb bindir)
@@ -106,6 +116,8 @@ const API_AWAY: Duration = Duration::from_secs(15);
 /// `two-speakers-loss`: the loss and how long it lasts.
 const LOSS_PERCENT: u8 = 5;
 const LOSS_FOR: Duration = Duration::from_secs(60);
+/// `soak`: the loss at every node.
+const SOAK_LOSS_PERCENT: u8 = 1;
 /// `sabotage`: how long a second node holds the addresses.
 const SABOTAGE_FOR: Duration = Duration::from_secs(5);
 /// The prober's period: one request per address per slot.
@@ -133,9 +145,10 @@ enum Fault {
     LongCut,
     Flood,
     TwoSpeakersLoss,
+    Soak,
 }
 
-const ALL_FAULTS: [Fault; 10] = [
+const ALL_FAULTS: [Fault; 11] = [
     Fault::Quiet,
     Fault::Sabotage,
     Fault::RestartApiAway,
@@ -146,6 +159,7 @@ const ALL_FAULTS: [Fault; 10] = [
     Fault::LongCut,
     Fault::Flood,
     Fault::TwoSpeakersLoss,
+    Fault::Soak,
 ];
 
 impl Fault {
@@ -161,6 +175,7 @@ impl Fault {
             Fault::LongCut => "long-cut",
             Fault::Flood => "flood",
             Fault::TwoSpeakersLoss => "two-speakers-loss",
+            Fault::Soak => "soak",
         }
     }
 
@@ -206,6 +221,8 @@ struct Opts {
     faults: Vec<Fault>,
     post: Duration,
     flood_rate: u32,
+    soak: Duration,
+    soak_shares: u64,
     ours_bin: PathBuf,
     metallb_bin: PathBuf,
     out: Option<PathBuf>,
@@ -223,10 +240,12 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
         rounds: 3,
         faults: ALL_FAULTS
             .into_iter()
-            .filter(|f| *f != Fault::Sabotage)
+            .filter(|f| *f != Fault::Sabotage && *f != Fault::Soak)
             .collect(),
         post: Duration::from_secs(20),
         flood_rate: 20_000,
+        soak: Duration::from_secs(600),
+        soak_shares: 102,
         ours_bin: PathBuf::new(),
         metallb_bin: PathBuf::new(),
         out: None,
@@ -246,6 +265,8 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
             "--faults" => o.faults = val()?.split(',').map(Fault::parse).collect::<Result<_>>()?,
             "--post" => o.post = Duration::from_secs(val()?.parse().context("--post")?),
             "--flood-rate" => o.flood_rate = val()?.parse().context("--flood-rate")?,
+            "--soak" => o.soak = Duration::from_secs(val()?.parse().context("--soak")?),
+            "--soak-shares" => o.soak_shares = val()?.parse().context("--soak-shares")?,
             "--ours-bin" => ours_bin = Some(PathBuf::from(val()?)),
             "--metallb-bin" => metallb_bin = Some(PathBuf::from(val()?)),
             "--out" => o.out = Some(PathBuf::from(val()?)),
@@ -264,6 +285,14 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
     ensure!(
         (1..=50_000).contains(&o.flood_rate),
         "--flood-rate: 1 to 50000 per second"
+    );
+    ensure!(
+        (Duration::from_secs(10)..=Duration::from_secs(3600)).contains(&o.soak),
+        "--soak: 10 to 3600 s"
+    );
+    ensure!(
+        (2..=1024).contains(&o.soak_shares),
+        "--soak-shares: 2 to 1024"
     );
     for kind in kinds {
         match kind {
@@ -339,6 +368,8 @@ async fn run_all(lab: &Lab, opts: &Opts) -> Result<()> {
                 l,
                 prober: None,
                 flood_rate: opts.flood_rate,
+                soak: opts.soak,
+                soak_shares: opts.soak_shares,
             };
             let result = b.run(opts, faults).await;
             if let Some(p) = b.prober.take() {
@@ -685,6 +716,8 @@ struct Bench<'a> {
     l: L2Lab<'a>,
     prober: Option<Prober>,
     flood_rate: u32,
+    soak: Duration,
+    soak_shares: u64,
 }
 
 /// What a round starts from.
@@ -983,6 +1016,52 @@ impl Bench<'_> {
                         .collect::<Vec<_>>()
                 );
             }
+            Fault::Soak => {
+                let pids: Vec<u32> = self
+                    .l
+                    .speakers
+                    .iter()
+                    .map(|c| c.as_ref().map(|c| c.pid()).context("a speaker"))
+                    .collect::<Result<_>>()?;
+                let cpu_before: Vec<f64> = pids
+                    .iter()
+                    .map(|p| cpu_seconds(*p))
+                    .collect::<Result<_>>()?;
+                let starved = CpuStarved::start(&pids, self.soak_shares)?;
+                let mut lossy = Vec::new();
+                for n in 1..=self.l.nodes {
+                    let node = plan::node_name(n);
+                    lossy.push(testkit::cut::lose_udp(
+                        self.l.net.net.node(n),
+                        self.l.net.net.l2_iface(&node),
+                        MEMBERLIST_PORT,
+                        SOAK_LOSS_PERCENT,
+                    )?);
+                }
+                tokio::time::sleep(self.soak).await;
+                let cpu_after: Vec<f64> = pids
+                    .iter()
+                    .map(|p| cpu_seconds(*p))
+                    .collect::<Result<_>>()?;
+                let mut lost = Vec::new();
+                for c in lossy {
+                    let (seen, dropped) = testkit::cut::loss_counters(&c)?;
+                    lost.push(json!({"to_7946": seen, "dropped": dropped}));
+                    c.restore()?;
+                }
+                let busy_cpu = starved.stop()?;
+                extra["loss_per_node"] = json!(lost);
+                extra["soak_s"] = json!(self.soak.as_secs());
+                extra["speaker_cpu_shares"] = json!(self.soak_shares);
+                extra["speaker_cpu_s"] = json!(
+                    cpu_after
+                        .iter()
+                        .zip(&cpu_before)
+                        .map(|(a, b)| ((a - b) * 100.0).round() / 100.0)
+                        .collect::<Vec<_>>()
+                );
+                extra["busy_loops_cpu_s"] = json!((busy_cpu * 100.0).round() / 100.0);
+            }
         }
         let undone = t0.elapsed();
         tokio::time::sleep(post).await;
@@ -1167,6 +1246,106 @@ fn is_family(ip: &str, fam: &str) -> bool {
 
 /// `rate` datagrams per second of 64 bytes of garbage to `target` for [`FLOOD_FOR`],
 /// from a thread in `netns`; returns how many went out.
+/// CPU seconds (user + system) a process used so far.
+fn cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    // pid (comm) state ppid ...: utime and stime are fields 14 and 15
+    let rest = stat.rsplit_once(") ").context("/proc/PID/stat")?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 =
+        f.get(11).context("utime")?.parse::<f64>()? + f.get(12).context("stime")?.parse::<f64>()?;
+    // USER_HZ is 100 on Linux
+    Ok(ticks / 100.0)
+}
+
+/// The soak's CPU starvation: the speakers in a cgroup v1 `cpu` group of their own
+/// with low `cpu.shares`, two busy loops per core in another with the default 1024.
+/// Undone (loops killed, speakers moved back, groups removed) by `stop` or on drop.
+struct CpuStarved {
+    root: PathBuf,
+    speakers: Vec<u32>,
+    busy: Vec<std::process::Child>,
+    done: bool,
+}
+
+impl CpuStarved {
+    const CPU: &'static str = "/sys/fs/cgroup/cpu";
+
+    fn start(speakers: &[u32], shares: u64) -> Result<CpuStarved> {
+        let root = Path::new(Self::CPU).join(format!("bench-l2-faults-{}", std::process::id()));
+        for dir in [root.clone(), root.join("speakers"), root.join("busy")] {
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("creating {} (cgroup v1 cpu, root)", dir.display()))?;
+        }
+        let mut s = CpuStarved {
+            root,
+            speakers: speakers.to_vec(),
+            busy: Vec::new(),
+            done: false,
+        };
+        std::fs::write(s.root.join("speakers/cpu.shares"), shares.to_string())?;
+        std::fs::write(s.root.join("busy/cpu.shares"), "1024")?;
+        for pid in speakers {
+            std::fs::write(s.root.join("speakers/cgroup.procs"), pid.to_string())
+                .with_context(|| format!("moving speaker {pid} into the soak's cgroup"))?;
+        }
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        for _ in 0..2 * cores {
+            let child = std::process::Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .spawn()
+                .context("a busy loop")?;
+            std::fs::write(s.root.join("busy/cgroup.procs"), child.id().to_string())?;
+            s.busy.push(child);
+        }
+        Ok(s)
+    }
+
+    /// Undoes it; the busy loops' CPU seconds.
+    fn stop(mut self) -> Result<f64> {
+        let busy: f64 = self
+            .busy
+            .iter()
+            .map(|c| cpu_seconds(c.id()).unwrap_or(0.0))
+            .sum();
+        self.undo()?;
+        Ok(busy)
+    }
+
+    fn undo(&mut self) -> Result<()> {
+        if self.done {
+            return Ok(());
+        }
+        self.done = true;
+        for mut b in self.busy.drain(..) {
+            let _ = b.kill();
+            let _ = b.wait();
+        }
+        let top = Path::new(Self::CPU).join("cgroup.procs");
+        for pid in &self.speakers {
+            // gone already if it exited
+            let _ = std::fs::write(&top, pid.to_string());
+        }
+        for dir in [
+            self.root.join("speakers"),
+            self.root.join("busy"),
+            self.root.clone(),
+        ] {
+            std::fs::remove_dir(&dir).with_context(|| format!("removing {}", dir.display()))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for CpuStarved {
+    fn drop(&mut self) {
+        if let Err(e) = self.undo() {
+            eprintln!("bench-l2-faults: soak cleanup: {e:#}");
+        }
+    }
+}
+
 fn flood(netns: &str, target: SocketAddr, rate: u32) -> Result<u64> {
     ensure!(
         plan::is_allowed_addr(target.ip()),
