@@ -403,6 +403,13 @@ pub struct Core {
     /// The live set as computed; with self-fence on, a shrink is published
     /// only once a majority answered or the node fenced.
     wanted_live: BTreeSet<String>,
+    /// Bumped at each change of `wanted_live`.
+    wanted_version: u64,
+    /// `live` is `wanted_live` at this version (None: it may differ).
+    live_version: Option<u64>,
+    /// foca's active set (a notification) or the owners declared down
+    /// changed since `wanted_live` was computed.
+    members_changed: bool,
     sync_next: Option<u64>,
     /// Watched owners whose heartbeat is down behind a path fault.
     path_faulty: BTreeSet<String>,
@@ -603,6 +610,9 @@ impl Core {
             peers: BTreeSet::new(),
             seen: BTreeMap::new(),
             wanted_live: live.clone(),
+            wanted_version: 0,
+            live_version: Some(0),
+            members_changed: true,
             sync_next: None,
             path_faulty: BTreeSet::new(),
             live,
@@ -786,7 +796,7 @@ impl Core {
         let Some(down) = down else {
             return;
         };
-        let name = down.id().name.clone();
+        let name = down.id().name.to_string();
         // this node's own identity before a renewal (foca keeps it Down)
         if name == self.cfg.name || self.member(&name).is_some() {
             return;
@@ -1008,7 +1018,7 @@ impl Core {
         else {
             return;
         };
-        let name = suspect.id().name.clone();
+        let name = suspect.id().name.to_string();
         if self.fast_down.contains_key(&name) {
             // told with the whole state on hearing it (see handle_datagram)
             return;
@@ -1146,6 +1156,9 @@ impl Core {
             self.timers.insert((at, self.timer_seq), timer);
         }
         for note in runtime.notes {
+            if !matches!(note, OwnedNotification::Active | OwnedNotification::Idle) {
+                self.members_changed = true;
+            }
             match note {
                 OwnedNotification::MemberUp(id) => debug!(member = %id, "member up"),
                 OwnedNotification::MemberDown(id) => info!(member = %id, "member down"),
@@ -1189,10 +1202,10 @@ impl Core {
         } else {
             self.foca
                 .iter_membership_state()
-                .filter(|m| self.fast_down.contains_key(&m.id().name))
+                .filter(|m| self.fast_down.contains_key(&*m.id().name))
                 .map(|m| {
                     (
-                        m.id().name.clone(),
+                        m.id().name.to_string(),
                         (m.id().clone(), m.state(), m.incarnation()),
                     )
                 })
@@ -1200,6 +1213,7 @@ impl Core {
         };
         let mut back = Vec::new();
         let mut resuspect = Vec::new();
+        let tracked = self.fast_down.len();
         self.fast_down.retain(|name, down| {
             match state.get(name) {
                 // a new identity: the owner restarted (not a flap: a crash
@@ -1226,6 +1240,9 @@ impl Core {
                 _ => false,
             }
         });
+        if self.fast_down.len() != tracked {
+            self.members_changed = true;
+        }
         if !resuspect.is_empty() {
             for m in &resuspect {
                 info!(
@@ -1256,23 +1273,33 @@ impl Core {
             }
             self.outputs.push(Output::Event(Event::OwnerBack { node }));
         }
-        let mut live: BTreeSet<String> = self
-            .foca
-            .iter_members()
-            .map(|m| m.id().name.clone())
-            .filter(|name| !self.fast_down.contains_key(name))
-            .collect();
-        live.insert(self.cfg.name.clone());
-        self.wanted_live = live;
+        // This runs after every datagram and timer foca handled: the set
+        // (a string per member) is rebuilt only when foca's active set or
+        // the owners declared down may have changed.
+        if self.members_changed {
+            self.members_changed = false;
+            let mut live: BTreeSet<String> = self
+                .foca
+                .iter_members()
+                .map(|m| m.id().name.to_string())
+                .filter(|name| !self.fast_down.contains_key(name))
+                .collect();
+            live.insert(self.cfg.name.clone());
+            if live != self.wanted_live {
+                self.wanted_live = live;
+                self.wanted_version += 1;
+            }
+        }
         if !self.cfg.self_fence {
             self.publish_live();
             return;
         }
         self.note_seen(now);
-        let shrinks = self
-            .live
-            .iter()
-            .any(|name| !self.wanted_live.contains(name));
+        let shrinks = self.live_version != Some(self.wanted_version)
+            && self
+                .live
+                .iter()
+                .any(|name| !self.wanted_live.contains(name));
         if self.fenced || self.left || !shrinks {
             self.publish_live();
             return;
@@ -1283,6 +1310,7 @@ impl Core {
         let grown: BTreeSet<String> = self.live.union(&self.wanted_live).cloned().collect();
         if grown != self.live {
             self.live = grown;
+            self.live_version = None;
             self.outputs
                 .push(Output::Event(Event::LiveChanged(self.live.clone())));
         }
@@ -1294,7 +1322,7 @@ impl Core {
     fn member(&self, name: &str) -> Option<Member<NodeId>> {
         self.foca
             .iter_members()
-            .find(|m| m.id().name == name)
+            .find(|m| &*m.id().name == name)
             .cloned()
     }
 
@@ -1318,7 +1346,7 @@ impl Core {
         let discr = self.rng.random::<u32>().max(1);
         let mut session = bfd::Session::new(key, discr, self.heartbeat_params(), self.rng.random());
         let actions = session.start(now);
-        let name = peer.name.clone();
+        let name = peer.name.to_string();
         self.sessions.insert(
             name.clone(),
             Heartbeat {
@@ -1542,7 +1570,7 @@ impl Core {
         let helpers: Vec<SocketAddr> = self
             .foca
             .iter_members()
-            .filter(|m| m.id().name != owner && !self.fast_down.contains_key(&m.id().name))
+            .filter(|m| &*m.id().name != owner && !self.fast_down.contains_key(&*m.id().name))
             .map(|m| m.id().addr)
             .sample(&mut self.rng, self.cfg.probe_helpers);
         let id: u64 = self.rng.random();
@@ -1693,6 +1721,7 @@ impl Core {
             "owner confirmed down"
         );
         self.counters.owner_down += 1;
+        self.members_changed = true;
         self.fast_down.insert(
             owner.to_string(),
             FastDown {
@@ -1919,11 +1948,15 @@ impl Core {
     }
 
     fn publish_live(&mut self) {
+        if self.live_version == Some(self.wanted_version) {
+            return;
+        }
         if self.wanted_live != self.live {
             self.live = self.wanted_live.clone();
             self.outputs
                 .push(Output::Event(Event::LiveChanged(self.live.clone())));
         }
+        self.live_version = Some(self.wanted_version);
     }
 
     // ---- control messages ----
@@ -1945,14 +1978,14 @@ impl Core {
         let known = self
             .foca
             .iter_membership_state()
-            .find(|m| m.id().name == from.name)
+            .find(|m| *m.id().name == *from.name)
             .map(|m| m.id().clone());
         let claimed = match &known {
             Some(id) if id.generation > from.generation => None,
             Some(id) if id.generation == from.generation => Some(id.addr),
             _ => members
                 .iter()
-                .find(|m| m.id().name == from.name && m.id().generation == from.generation)
+                .find(|m| *m.id().name == *from.name && m.id().generation == from.generation)
                 .map(|m| m.id().addr),
         };
         if claimed != Some(from_addr) {
@@ -2038,7 +2071,7 @@ impl Core {
                     // itself for the one cut off, until its own SWIM catches up.
                     let down = self.foca.iter_membership_state().any(|m| {
                         m.state() == State::Down
-                            && m.id().name == target
+                            && *m.id().name == *target
                             && m.id().addr == target_addr
                     });
                     if down {
@@ -2249,7 +2282,7 @@ mod tests {
     }
 
     fn is_member(core: &Core, name: &str) -> bool {
-        core.members().iter().any(|(id, ..)| id.name == name)
+        core.members().iter().any(|(id, ..)| &*id.name == name)
     }
 
     #[test]

@@ -5,21 +5,27 @@
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 /// Longest node name carried (a DNS subdomain, as Kubernetes node names).
 pub const MAX_NAME_LEN: usize = 253;
 
 /// One member's identity. Two identities with the same name are the same
 /// node; the higher generation wins ([`foca::Identity::win_addr_conflict`]).
+///
+/// The name is shared (`Arc<str>`): foca compares members by
+/// [`foca::Identity::addr`] (the name) in a scan of all of them for each
+/// update it applies, and a `String` there was two allocations per member
+/// scanned (at 1,000 members, most of a node's CPU in the simulation).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeId {
-    pub name: String,
+    pub name: Arc<str>,
     pub addr: SocketAddr,
     pub generation: u64,
 }
 
 impl NodeId {
-    pub fn new(name: impl Into<String>, addr: SocketAddr, generation: u64) -> NodeId {
+    pub fn new(name: impl Into<Arc<str>>, addr: SocketAddr, generation: u64) -> NodeId {
         NodeId {
             name: name.into(),
             addr,
@@ -32,7 +38,7 @@ impl NodeId {
     /// receiver's codec reads as its own name for announces only.
     pub fn seed(addr: SocketAddr) -> NodeId {
         NodeId {
-            name: String::new(),
+            name: Arc::from(""),
             addr,
             generation: 0,
         }
@@ -57,7 +63,7 @@ impl fmt::Display for NodeId {
 
 impl foca::Identity for NodeId {
     /// The node name: unique in the cluster, stable across restarts.
-    type Addr = String;
+    type Addr = Arc<str>;
 
     fn renew(&self) -> Option<Self> {
         Some(NodeId {
@@ -67,7 +73,7 @@ impl foca::Identity for NodeId {
         })
     }
 
-    fn addr(&self) -> String {
+    fn addr(&self) -> Arc<str> {
         self.name.clone()
     }
 

@@ -428,11 +428,7 @@ fn get_node(buf: &mut impl Buf, allow_seed: bool) -> Result<NodeId, DecodeError>
     let name = get_name(buf, allow_seed)?;
     let addr = get_addr(buf)?;
     let generation = get_u64(buf)?;
-    Ok(NodeId {
-        name,
-        addr,
-        generation,
-    })
+    Ok(NodeId::new(name, addr, generation))
 }
 
 // ---- foca's codec ----
@@ -560,7 +556,7 @@ impl foca::Codec<NodeId> for SwimCodec {
             if message != Message::Announce {
                 return Err(DecodeError::Invalid("empty name"));
             }
-            dst.name.clone_from(&self.local_name);
+            dst.name = std::sync::Arc::from(self.local_name.as_str());
         }
         Ok(Header {
             src,
@@ -1030,7 +1026,7 @@ mod tests {
         codec.encode_header(&header, &mut buf).unwrap();
         let decoded = codec.decode_header(buf.as_slice()).unwrap();
         assert_eq!(decoded.src, src);
-        assert_eq!(decoded.dst.name, "node-b");
+        assert_eq!(&*decoded.dst.name, "node-b");
         // a seed destination is only valid for an announce
         let ping = Header {
             message: Message::Ping(1),

@@ -7,7 +7,7 @@ mod sim;
 use std::collections::BTreeSet;
 
 use membership::{Event, Kind};
-use sim::{MS, SEC, Sim, addr, name};
+use sim::{MS, RecordOnly, SEC, Sim, addr, name};
 
 const SECRET: &[u8] = b"c2VjcmV0LWtleS1mb3ItdGVzdHM";
 
@@ -168,7 +168,7 @@ fn paused_owner_refutes() {
     }
     // refuted with a higher incarnation, same identity
     let members = sim.nodes[2].core.members();
-    let (id, _, incarnation) = members.iter().find(|(id, ..)| id.name == name(0)).unwrap();
+    let (id, _, incarnation) = members.iter().find(|(id, ..)| *id.name == name(0)).unwrap();
     assert_eq!(id.generation, 1_000);
     assert!(*incarnation >= 1);
     sim.run_for(3 * SEC);
@@ -499,7 +499,7 @@ fn a_node_cut_off_past_the_suspicion_rejoins_soon_after_the_cut_heals() {
                 .core
                 .members()
                 .iter()
-                .any(|(id, state, _)| id.name == name(0) && *state == foca::State::Down);
+                .any(|(id, state, _)| *id.name == name(0) && *state == foca::State::Down);
             assert!(down, "n={n}: node {i} holds the cut node Down");
         }
         let healed_at = sim.now;
@@ -1073,4 +1073,308 @@ fn with_two_speakers_loss_declares_nobody_down() {
         }
     }
     assert_eq!(rejoins, 0);
+}
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Mean and max over the nodes of `counts`, per second over `seconds`.
+fn mean_max(counts: &[u64], seconds: f64) -> (f64, f64) {
+    let mean = counts.iter().sum::<u64>() as f64 / counts.len().max(1) as f64;
+    let max = counts.iter().copied().max().unwrap_or(0) as f64;
+    (mean / seconds, max / seconds)
+}
+
+/// Runs `sim` in steps of 100 ms until `done`, at most `limit`: the time
+/// it took (from the call), or None.
+fn run_until(sim: &mut Sim, limit: u64, done: impl Fn(&Sim) -> bool) -> Option<u64> {
+    let start = sim.now;
+    while sim.now - start < limit {
+        sim.run_for(100 * MS);
+        if done(sim) {
+            return Some(sim.now - start);
+        }
+    }
+    None
+}
+
+/// Issue 25 item 5, membership at size: one converged cluster of
+/// `MEMBERSHIP_SIM_NODES` members (default 30: seconds in CI), each
+/// watching the next (two heartbeat sessions per node, as at rest with L2
+/// addresses spread over the nodes). Every datagram is counted, sent and
+/// received, per node. Measured and bounded, with bounds that do not grow
+/// with the cluster:
+/// - at rest (`MEMBERSHIP_SIM_REST_SECONDS`, default 30), datagrams/s
+///   sent and received per node, mean and max, and the full-state syncs;
+/// - `MEMBERSHIP_SIM_KILLS` owners killed one after the other (default 2):
+///   the watcher's takeover decision (p50, max), and the time until every
+///   other member holds the dead one Down (foca's suspicion timeout plus
+///   the gossip's spread), nobody else taking over, no live member lost;
+/// - a restarted member joining with every speaker as a seed: the seeds
+///   asked, the datagrams into it in its first second (the whole state,
+///   from at most JOIN_FANOUT seeds, grows with the cluster by nature: a
+///   datagram holds ~40 members; everything else is bounded), and the time
+///   until every view is whole.
+///
+/// At size, in a release build (BENCHMARKS.md):
+/// `MEMBERSHIP_SIM_NODES=1000 cargo test --release -p membership --test simulation membership_at_size -- --nocapture`
+#[test]
+fn membership_at_size() {
+    let n = env("MEMBERSHIP_SIM_NODES", 30);
+    let kills = env("MEMBERSHIP_SIM_KILLS", 2);
+    assert!(n >= 10 + 2 * kills, "too small a cluster for {kills} kills");
+    let wall = std::time::Instant::now();
+    let mut sim = Sim::new(n, Some(SECRET), 2025, |_| {});
+    sim.log_live_sets = false;
+    sim.converge(600 * SEC);
+    println!(
+        "n={n}: converged at {} ms (simulated) in {:.1} s",
+        sim.now / MS,
+        wall.elapsed().as_secs_f64()
+    );
+    for i in 0..n {
+        sim.watch(i, &[(i + 1) % n]);
+    }
+    sim.run_for(5 * SEC);
+    for i in 0..n {
+        assert!(
+            sim.nodes[i].core.heartbeat_up(&name((i + 1) % n)),
+            "node {i} watches the next"
+        );
+    }
+
+    // (b) at rest: every datagram sent and received, per node
+    let rest = std::time::Instant::now();
+    sim.reset_counts();
+    let seconds = env("MEMBERSHIP_SIM_REST_SECONDS", 30) as u64;
+    sim.run_for(seconds * SEC);
+    let total = |c: &std::collections::BTreeMap<Kind, u64>| c.values().sum::<u64>();
+    let of =
+        |c: &std::collections::BTreeMap<Kind, u64>, kind: Kind| c.get(&kind).copied().unwrap_or(0);
+    let sent: Vec<u64> = sim.sent.iter().map(total).collect();
+    let received: Vec<u64> = sim.received.iter().map(total).collect();
+    let sent_sync: Vec<u64> = sim.sent.iter().map(|c| of(c, Kind::Sync)).collect();
+    let recv_sync: Vec<u64> = sim.received.iter().map(|c| of(c, Kind::Sync)).collect();
+    let sent_else: Vec<u64> = sent.iter().zip(&sent_sync).map(|(a, b)| a - b).collect();
+    let recv_else: Vec<u64> = received
+        .iter()
+        .zip(&recv_sync)
+        .map(|(a, b)| a - b)
+        .collect();
+    let swim: Vec<u64> = sim.sent.iter().map(|c| of(c, Kind::Swim)).collect();
+    let secs = seconds as f64;
+    let (sent_mean, sent_max) = mean_max(&sent, secs);
+    let (recv_mean, recv_max) = mean_max(&received, secs);
+    let (sent_else_mean, sent_else_max) = mean_max(&sent_else, secs);
+    let (recv_else_mean, recv_else_max) = mean_max(&recv_else, secs);
+    let (sync_mean, sync_max) = mean_max(&sent_sync, secs);
+    let (_, recv_sync_max) = mean_max(&recv_sync, secs);
+    let (swim_mean, swim_max) = mean_max(&swim, secs);
+    println!(
+        "n={n}: at rest, datagrams/s per node: sent mean {sent_mean:.1} max {sent_max:.1}, \
+         received mean {recv_mean:.1} max {recv_max:.1}; without the full-state syncs: sent \
+         mean {sent_else_mean:.1} max {sent_else_max:.1}, received mean {recv_else_mean:.1} \
+         max {recv_else_max:.1}; syncs sent mean {sync_mean:.2} max {sync_max:.1}, received \
+         max {recv_sync_max:.1}; SWIM sent mean {swim_mean:.1} max {swim_max:.1}; \
+         {seconds} s simulated in {:.1} s",
+        rest.elapsed().as_secs_f64()
+    );
+    // two heartbeat sessions at 100 ms (75-100 % jitter): 20-27/s; SWIM a
+    // probe and an ack a second, gossip while there is news: whatever the
+    // size, for the mean and for every node
+    assert!((18.0..=32.0).contains(&sent_mean), "sent mean {sent_mean}");
+    assert!(
+        (18.0..=32.0).contains(&recv_mean),
+        "received mean {recv_mean}"
+    );
+    assert!(
+        sent_else_max <= 32.0,
+        "sent max {sent_else_max} besides syncs"
+    );
+    assert!(
+        recv_else_max <= 32.0,
+        "received max {recv_else_max} besides syncs"
+    );
+    assert!(swim_max <= 8.0, "SWIM sent max {swim_max}");
+    // memberlist's push-pull: one full state (about n/40 datagrams) to one
+    // random member every 30 s (60 s at 50 members, 180 s at 1,000) and
+    // the state back: a node sends its own and answers the few that picked
+    // it, never one to each member. Within a window up to the interval, 8
+    // states at most either way (a node is picked ~Poisson(1) times).
+    let state = (n as u64).div_ceil(20) + 1;
+    let rounds = seconds.div_ceil(30).max(1);
+    for (i, (s, r)) in sent_sync.iter().zip(&recv_sync).enumerate() {
+        assert!(
+            *s <= 8 * rounds * state,
+            "node {i} sent {s} sync datagrams in {seconds} s"
+        );
+        assert!(
+            *r <= 8 * rounds * state,
+            "node {i} received {r} sync datagrams in {seconds} s"
+        );
+    }
+
+    // (c), (d) owners killed one after the other
+    let suspicion = membership::core::swim_config(n as u32, false).suspect_to_down_after;
+    // the first probe of the dead member (about a second), its suspicion
+    // timeout, and the Down's gossip; a member the gossip missed suspects
+    // it itself on its next probe of it, a second timeout later
+    let spread_bound = 2 * u64::try_from(suspicion.as_nanos()).unwrap() + 5 * SEC;
+    let mut dead: Vec<usize> = Vec::new();
+    let mut detections = Vec::new();
+    let mut spreads = Vec::new();
+    for k in 0..kills {
+        // owners spread over the cluster, watched by the node before them
+        let owner = 2 + k * (n - 4) / kills.max(1);
+        let watcher = owner - 1;
+        assert!(!dead.contains(&owner) && !dead.contains(&watcher));
+        // an arbitrary phase of the heartbeat and probe periods
+        sim.run_for((k as u64 * 137 + 11) * MS);
+        let killed_at = sim.now;
+        sim.kill(owner);
+        dead.push(owner);
+        sim.run_for(900 * MS);
+        let (at, _) = sim
+            .first_event(watcher, killed_at, |e| owner_down(e, &name(owner)))
+            .unwrap_or_else(|| panic!("n={n} kill {k}: the watcher declares node {owner} down"));
+        let detection = at - killed_at;
+        assert!(
+            (200 * MS..=500 * MS).contains(&detection),
+            "n={n} kill {k}: detection {} ms",
+            detection / MS
+        );
+        detections.push(detection);
+        let dead_now = dead.clone();
+        let spread = run_until(&mut sim, spread_bound, |sim| {
+            (0..n)
+                .filter(|i| !dead_now.contains(i))
+                .all(|i| !sim.nodes[i].core.live().contains(&name(owner)))
+        })
+        .map(|t| t + 900 * MS)
+        .unwrap_or_else(|| {
+            let holding = (0..n)
+                .filter(|i| !dead.contains(i))
+                .filter(|i| sim.nodes[*i].core.live().contains(&name(owner)))
+                .count();
+            panic!(
+                "n={n} kill {k}: {holding} members still hold node {owner} live {} ms after the kill",
+                (sim.now - killed_at) / MS
+            )
+        });
+        spreads.push(spread);
+        println!(
+            "n={n} kill {k}: node {owner} declared down by its watcher after {} ms, \
+             Down in every view after {} ms",
+            detection / MS,
+            spread / MS
+        );
+        for i in (0..n).filter(|i| !dead.contains(i)) {
+            if i != watcher {
+                assert!(
+                    sim.first_event(i, killed_at, |e| matches!(e, Event::OwnerDown { .. }))
+                        .is_none(),
+                    "n={n} kill {k}: node {i} took over too"
+                );
+            }
+            assert_eq!(
+                sim.nodes[i].core.live().len(),
+                n - dead.len(),
+                "n={n} kill {k}: node {i} lost a live member"
+            );
+        }
+    }
+    detections.sort_unstable();
+    spreads.sort_unstable();
+    if let (Some(d), Some(s)) = (detections.last(), spreads.last()) {
+        println!(
+            "n={n}: over {kills} kills: detection p50 {} ms max {} ms; every view p50 {} ms \
+             max {} ms (foca's suspicion timeout {} ms)",
+            detections[detections.len() / 2] / MS,
+            d / MS,
+            spreads[spreads.len() / 2] / MS,
+            s / MS,
+            suspicion.as_millis()
+        );
+    }
+
+    // (a) the join burst: a member restarts and joins with every speaker
+    // as a seed (the edge passes them all)
+    let j = n - 1;
+    assert!(!dead.contains(&j));
+    sim.kill(j);
+    dead.push(j);
+    sim.run_for(10 * SEC);
+    sim.restart_unjoined(j, 9_000, Some(SECRET));
+    dead.pop();
+    sim.reset_counts();
+    sim.record = Some(Vec::new());
+    sim.record_only = RecordOnly::Node(j);
+    let joined_at = sim.now;
+    let seeds: Vec<_> = (0..n).map(addr).collect();
+    sim.nodes[j].core.join(&seeds, joined_at);
+    sim.flush(j);
+    sim.run_for(SEC);
+    let record = sim.record.take().unwrap();
+    let asked: BTreeSet<usize> = record
+        .iter()
+        .filter(|(from, _, kind, _)| *from == j && *kind == Kind::Sync)
+        .map(|(_, to, _, _)| *to)
+        .collect();
+    let mut state_from: std::collections::BTreeMap<usize, u64> = Default::default();
+    for (from, to, kind, _) in &record {
+        if *to == j && *kind == Kind::Sync {
+            *state_from.entry(*from).or_default() += 1;
+        }
+    }
+    let into: u64 = total(&sim.received[j]);
+    let syncs_in = sim.received[j].get(&Kind::Sync).copied().unwrap_or(0);
+    let sent_by: u64 = total(&sim.sent[j]);
+    let others_max = (0..n)
+        .filter(|i| *i != j)
+        .map(|i| total(&sim.received[i]))
+        .max()
+        .unwrap_or(0);
+    println!(
+        "n={n}: join: state asked of {} seeds, sent by {} members ({:?} datagrams each); \
+         first second: {into} datagrams into the joiner ({syncs_in} of them state, {} else), \
+         {sent_by} sent by it, at most {others_max} into any other node",
+        asked.len(),
+        state_from.len(),
+        state_from.values().collect::<Vec<_>>(),
+        into - syncs_in,
+    );
+    // JOIN_FANOUT (3) seeds, whatever the size
+    assert!(asked.len() <= 3, "asked {} seeds", asked.len());
+    // the seeds asked, and maybe a member that held the old process Down
+    assert!(state_from.len() <= 3 + 2, "state from {state_from:?}");
+    // one whole state is n/40 datagrams or so; 20 members at least fit
+    let per_state = (n as u64).div_ceil(20) + 1;
+    assert!(
+        state_from.values().all(|c| *c <= per_state),
+        "{state_from:?}, one state is at most {per_state} datagrams"
+    );
+    // heartbeats (its watcher's session, then its own), SWIM probes and
+    // gossip: bounded whatever the size
+    assert!(
+        into - syncs_in <= 60,
+        "{} datagrams besides the state",
+        into - syncs_in
+    );
+    assert!(others_max <= 60, "{others_max} into another node");
+    let whole = run_until(&mut sim, 10 * SEC, |sim| {
+        (0..n)
+            .filter(|i| !dead.contains(i))
+            .all(|i| sim.nodes[i].core.live().len() == n - dead.len())
+    })
+    .map(|t| t + SEC)
+    .unwrap_or_else(|| panic!("n={n}: every view whole within 11 s of the join"));
+    println!(
+        "n={n}: every view whole {} ms after the join; whole test {:.1} s",
+        whole / MS,
+        wall.elapsed().as_secs_f64()
+    );
 }

@@ -5,7 +5,7 @@
 
 #![allow(dead_code)]
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use membership::{Config, Core, Event, Kind, Output, SecretKey};
@@ -29,11 +29,32 @@ pub struct Node {
 /// A datagram sent: from, to, kind, bytes.
 pub type Recorded = (usize, usize, Kind, Vec<u8>);
 
+/// A datagram on the wire: from, to, kind, bytes.
+type InFlight = (SocketAddr, SocketAddr, Kind, Vec<u8>);
+
+/// Which datagrams [`Sim::record`] keeps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RecordOnly {
+    /// Every datagram sent.
+    #[default]
+    All,
+    /// Those from or to this node (a large cluster's others are not kept).
+    Node(usize),
+}
+
 pub struct Sim {
     pub now: u64,
     pub nodes: Vec<Node>,
-    queue: BTreeMap<(u64, u64), (SocketAddr, SocketAddr, Vec<u8>)>,
+    queue: BTreeMap<(u64, u64), InFlight>,
     seq: u64,
+    /// Node index by address.
+    by_addr: HashMap<SocketAddr, usize>,
+    /// The next deadline of every running node with one, (at, index): kept
+    /// in step with the cores the loop touches, rebuilt at each
+    /// [`Sim::run_for`] (a test may have touched a core directly).
+    deadlines: BTreeSet<(u64, usize)>,
+    /// Each node's entry in `deadlines`.
+    deadline_of: Vec<Option<u64>>,
     rng: StdRng,
     pub latency: u64,
     pub jitter: u64,
@@ -41,19 +62,37 @@ pub struct Sim {
     pub blocked: BTreeSet<(usize, usize)>,
     /// Share of every datagram dropped at random (0.0: none).
     pub loss: f64,
-    /// Datagrams sent per node and kind since the last reset.
+    /// Datagrams sent per node and kind since the last reset (every one
+    /// the core put out, whether the network then dropped it or not).
     pub sent: Vec<BTreeMap<Kind, u64>>,
-    /// When set, every datagram sent.
+    /// Datagrams that reached each node's socket per kind since the last
+    /// reset (handled, or queued while paused; not those to a killed node).
+    pub received: Vec<BTreeMap<Kind, u64>>,
+    /// When set, every datagram sent (see `record_only`).
     pub record: Option<Vec<Recorded>>,
+    pub record_only: RecordOnly,
+    /// Keep `LiveChanged` events in the nodes' logs (each a copy of the
+    /// whole live set: O(n^2) memory per node while a large cluster
+    /// converges; off in the tests at size).
+    pub log_live_sets: bool,
 }
 
 pub fn name(i: usize) -> String {
     format!("node-{i}")
 }
 
+/// Node `i`'s address: 192.0.2.1-254 for the first 254, then 198.18.0.0/15
+/// (the benchmark prefix) for larger clusters.
 pub fn addr(i: usize) -> SocketAddr {
-    let host = u8::try_from(i + 1).expect("fewer than 255 nodes");
-    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(192, 0, 2, host)), 7946)
+    let ip = match u8::try_from(i + 1) {
+        Ok(host) if host < 255 => Ipv4Addr::new(192, 0, 2, host),
+        _ => {
+            let k = u32::try_from(i).expect("fewer than 2^17 nodes");
+            assert!(k < 1 << 17, "fewer than 2^17 nodes");
+            Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 0, 0)) + k)
+        }
+    };
+    SocketAddr::new(IpAddr::V4(ip), 7946)
 }
 
 impl Sim {
@@ -81,6 +120,9 @@ impl Sim {
             .collect();
         Sim {
             now: 0,
+            by_addr: (0..n).map(|i| (addr(i), i)).collect(),
+            deadlines: BTreeSet::new(),
+            deadline_of: vec![None; n],
             nodes,
             queue: BTreeMap::new(),
             seq: 0,
@@ -90,12 +132,45 @@ impl Sim {
             blocked: BTreeSet::new(),
             loss: 0.0,
             sent: vec![BTreeMap::new(); n],
+            received: vec![BTreeMap::new(); n],
             record: None,
+            record_only: RecordOnly::All,
+            log_live_sets: true,
         }
     }
 
     pub fn index_of(&self, addr: SocketAddr) -> Option<usize> {
-        self.nodes.iter().position(|n| n.addr == addr)
+        self.by_addr
+            .get(&addr)
+            .copied()
+            .filter(|i| self.nodes.get(*i).is_some_and(|n| n.addr == addr))
+    }
+
+    /// Puts node `i`'s next deadline in the index (none if not running).
+    fn reindex(&mut self, i: usize) {
+        let at = if self.running(i) {
+            self.nodes[i].core.next_deadline()
+        } else {
+            None
+        };
+        if self.deadline_of[i] == at {
+            return;
+        }
+        if let Some(old) = self.deadline_of[i] {
+            self.deadlines.remove(&(old, i));
+        }
+        if let Some(at) = at {
+            self.deadlines.insert((at, i));
+        }
+        self.deadline_of[i] = at;
+    }
+
+    fn reindex_all(&mut self) {
+        self.deadlines.clear();
+        self.deadline_of = vec![None; self.nodes.len()];
+        for i in 0..self.nodes.len() {
+            self.reindex(i);
+        }
     }
 
     /// Every node joins through node 0, then the cluster runs until every
@@ -203,7 +278,13 @@ impl Sim {
                         continue;
                     };
                     if let Some(record) = &mut self.record {
-                        record.push((i, j, kind, datagram.clone()));
+                        let keep = match self.record_only {
+                            RecordOnly::All => true,
+                            RecordOnly::Node(k) => i == k || j == k,
+                        };
+                        if keep {
+                            record.push((i, j, kind, datagram.clone()));
+                        }
                     }
                     if self.blocked.contains(&(i, j)) {
                         continue;
@@ -214,30 +295,36 @@ impl Sim {
                     let at = self.now + self.latency + self.rng.random_range(0..=self.jitter);
                     self.seq += 1;
                     self.queue
-                        .insert((at, self.seq), (self.nodes[i].addr, to, datagram));
+                        .insert((at, self.seq), (self.nodes[i].addr, to, kind, datagram));
                 }
+                Output::Event(Event::LiveChanged(_)) if !self.log_live_sets => {}
                 Output::Event(event) => self.nodes[i].events.push((self.now, event)),
             }
         }
+        self.reindex(i);
     }
 
     /// Injects a raw datagram for node `to` from `from` (now + latency).
     pub fn inject(&mut self, from: SocketAddr, to: usize, datagram: Vec<u8>) {
         self.seq += 1;
         let at = self.now + self.latency;
+        let kind = datagram
+            .first()
+            .and_then(|b| Kind::from_byte(*b))
+            .unwrap_or(Kind::Swim);
         self.queue
-            .insert((at, self.seq), (from, self.nodes[to].addr, datagram));
+            .insert((at, self.seq), (from, self.nodes[to].addr, kind, datagram));
     }
 
-    /// Runs the whole cluster until `now + duration`.
+    /// Runs the whole cluster until `now + duration`: the earliest of the
+    /// next datagram and the next deadline of a running node, a datagram
+    /// first at a tie, then the lowest node index.
     pub fn run_for(&mut self, duration: u64) {
         let end = self.now + duration;
+        self.reindex_all();
         loop {
             let packet = self.queue.keys().next().map(|(at, _)| *at);
-            let timer = (0..self.nodes.len())
-                .filter(|i| self.running(*i))
-                .filter_map(|i| self.nodes[i].core.next_deadline().map(|at| (at, i)))
-                .min();
+            let timer = self.deadlines.first().copied();
             let next = match (packet, timer) {
                 (Some(p), Some((t, _))) => p.min(t),
                 (Some(p), None) => p,
@@ -249,13 +336,14 @@ impl Sim {
             }
             self.now = self.now.max(next);
             if packet == Some(next) {
-                let (_, (from, to, data)) = self.queue.pop_first().unwrap();
+                let (_, (from, to, kind, data)) = self.queue.pop_first().unwrap();
                 let Some(j) = self.index_of(to) else {
                     continue;
                 };
                 if self.nodes[j].killed {
                     continue;
                 }
+                *self.received[j].entry(kind).or_default() += 1;
                 if self.nodes[j].paused {
                     if self.nodes[j].backlog.len() < SOCKET_BUFFER {
                         self.nodes[j].backlog.push_back((from, data));
@@ -289,7 +377,7 @@ impl Sim {
     }
 
     pub fn reset_counts(&mut self) {
-        for counts in &mut self.sent {
+        for counts in self.sent.iter_mut().chain(self.received.iter_mut()) {
             counts.clear();
         }
     }
