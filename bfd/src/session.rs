@@ -71,6 +71,21 @@
 //!   detection of us rests on our control packets.
 //! - RFC 5882: [`StateChange::client_action`] is `Down` only for Up -> Down
 //!   not caused by the remote's AdminDown; Up -> AdminDown is no failure.
+//!   Nor is a Down, while Up, that the remote did not send for a failure
+//!   it detected: one with diagnostic 3 (Neighbor Signaled Session Down:
+//!   we signalled nothing, we are Up), which FRR's bfdd sends when it
+//!   removes a session whose last client deregistered it (bgpd does so,
+//!   and registers a new one, when a neighbor's BGP session is Established
+//!   and its BFD session had no source address yet, e.g. `neighbor X bfd`
+//!   configured before the BGP session came up; and on `no neighbor X
+//!   bfd`), and one from a new session of the remote (Your Discriminator
+//!   0 and a My Discriminator other than the one we are Up with: the
+//!   remote replaced its session without telling). We go Down with
+//!   diagnostic 3 and through the handshake again, but the client keeps
+//!   its session: packets arrive, the path works. A remote that stops
+//!   hearing us sends Down with diagnostic 1 (and keeps its
+//!   discriminator), so that stays a failure, as do diagnostics 2 and 4-8
+//!   and a Down without diagnostic.
 
 use std::net::IpAddr;
 
@@ -190,6 +205,17 @@ pub enum Cause {
     DetectionTimeExpired,
     /// Our echo packets stopped coming back.
     EchoFailed,
+    /// While Up, a Down from the remote saying that we signalled Down
+    /// (diagnostic 3): we did not, so the remote detected no failure; it
+    /// is removing its session. FRR's bfdd sends one such packet when the
+    /// last client of a session deregisters it (bgpd re-registering a
+    /// neighbor's session with the BGP connection's source address once
+    /// BGP is Established, or `no neighbor X bfd`), then frees it.
+    RemoteSessionRemoved,
+    /// While Up, a Down from another session of the remote (a new My
+    /// Discriminator, not addressed to us): the remote replaced its
+    /// session without telling. Packets arrive, so the path works.
+    RemoteSessionReplaced,
 }
 
 /// What a client (BGP) should do about a state change (RFC 5882 §3.2, §4.2).
@@ -216,11 +242,20 @@ pub struct StateChange {
 
 impl StateChange {
     /// RFC 5882: Up is reported; leaving Up is a failure unless it is our
-    /// own AdminDown or the remote's AdminDown.
+    /// own AdminDown, the remote's AdminDown, or the remote removing or
+    /// replacing its session ([`Cause::RemoteSessionRemoved`],
+    /// [`Cause::RemoteSessionReplaced`]: its packets arrive, so the path
+    /// works).
     pub fn client_action(&self) -> ClientAction {
         match (self.from, self.to, self.cause) {
             (_, State::Up, _) => ClientAction::Up,
-            (State::Up, State::Down, Cause::Received(State::AdminDown)) => ClientAction::None,
+            (
+                State::Up,
+                State::Down,
+                Cause::Received(State::AdminDown)
+                | Cause::RemoteSessionRemoved
+                | Cause::RemoteSessionReplaced,
+            ) => ClientAction::None,
             (State::Up, State::Down, _) => ClientAction::Down,
             _ => ClientAction::None,
         }
@@ -619,6 +654,13 @@ impl Session {
         }
         self.counters.control_in += 1;
         self.last_rx = Some(now);
+        // Another session of the remote: it does not know us yet (Your
+        // Discriminator 0) and has a discriminator other than the one we are
+        // Up with. Its Down says it starts over, not that the path failed
+        // (the one we were Up with would keep its discriminator, §6.8.1).
+        let replaced = packet.your_discr == 0
+            && self.remote.discr != 0
+            && packet.my_discr != self.remote.discr;
         self.remote = RemoteInfo {
             discr: packet.my_discr,
             state: packet.state,
@@ -638,6 +680,14 @@ impl Session {
         self.detect_anchor = Some(now);
         let cause = Cause::Received(packet.state);
         match (self.state, packet.state) {
+            (State::Up, State::Down) if replaced => {
+                self.local_diag = Diagnostic::NeighborSignaledSessionDown;
+                self.change_state(State::Down, Cause::RemoteSessionReplaced, now, out);
+            }
+            (State::Up, State::Down) if packet.diag == Diagnostic::NeighborSignaledSessionDown => {
+                self.local_diag = Diagnostic::NeighborSignaledSessionDown;
+                self.change_state(State::Down, Cause::RemoteSessionRemoved, now, out);
+            }
             (State::Init | State::Up, State::AdminDown) | (State::Up, State::Down) => {
                 self.local_diag = Diagnostic::NeighborSignaledSessionDown;
                 self.change_state(State::Down, cause, now, out);

@@ -27,6 +27,8 @@ use bfd::runtime::{BfdEvent, monotonic_ns};
 use bfd::session::ECHO_ACTIVE_MIN_RX_US;
 use bfd::{Bfd, ClientAction, Config, Parameters, SessionKey, SessionStatus};
 use prometheus::Registry;
+use testkit::bird::{Bird, BirdConfig, BirdNeighbor};
+use testkit::frr::FrrNeighbor;
 use testkit::{BfdPeer, BfdProfile, Frr, FrrConfig, Lab, LabOptions, Netns, plan, wait_until};
 use tokio::sync::{mpsc, watch};
 
@@ -557,6 +559,111 @@ fn parameter_changes_on_either_side_keep_the_session_up() -> Result<()> {
         "FRR saw the session go down"
     );
     bfd.release_blocking(client)?;
+    Ok(())
+}
+
+/// FRR's bgpd installs a neighbor's BFD session without a source address
+/// while the BGP session is not Established, and re-registers it with the
+/// connection's source once it is (`bgp_peer_bfd_update_source`, from
+/// `bgp_establish`): bfdd removes the old session with one Down packet of
+/// diagnostic 3 (`_ptm_bfd_session_del`) and starts a new one. Our session
+/// was Up with the old one (as when a BFD profile is attached, or the
+/// speaker's `sourceAddress` starts BFD, before BGP is up): it goes Down and
+/// Up again with the new one, and never tells its client (the BGP session
+/// that has just come up) to go down. Node-1's BGP speaker is BIRD, without
+/// BFD of its own: ours is the node's BFD.
+#[test]
+fn frr_re_registering_its_session_when_bgp_comes_up_is_no_failure() -> Result<()> {
+    let _serial = testkit::serial()?;
+    testkit::preflight()?;
+    let lab = Lab::up(&LabOptions::default())?;
+    let config = FrrConfig::new("router", plan::ROUTER_AS, plan::ROUTER_V4)
+        .bfd_profile(BfdProfile::new("fast", 100, 100, 3))
+        .neighbor(FrrNeighbor::new(n1v4(), plan::NODE_AS).bfd_profile("fast"));
+    let router = lab.start_router(&config)?;
+    let bfd = start_bfd(lab.node(1))?;
+    let mut events = bfd.subscribe();
+    let key = single_hop_key(&lab, n1v4(), plan::ROUTER_V4.into());
+    let (client, status) = bfd.acquire_blocking(key, params(100, 3))?;
+    wait_ours(&status, State::Up, UP_TIMEOUT).with_context(|| router.logs(30))?;
+    wait_negotiated(&status, 100_000, 300_000)?;
+    let before = frr_peer(&router, n1v4())?;
+    ensure!(
+        before.status == "up" && before.local.is_none(),
+        "FRR's session should be up without a local address (BGP is not up): {}",
+        before.raw
+    );
+    let old_id = before.raw["id"].as_u64().context("FRR's discriminator")?;
+    let _ = downs_queued(&mut events);
+
+    let bird = Bird::start(
+        lab.node(1),
+        &BirdConfig::new(plan::NODE_AS, plan::node_v4(1)).neighbor(BirdNeighbor::new(
+            "r1",
+            plan::ROUTER_V4.into(),
+            plan::ROUTER_AS,
+        )),
+    )?;
+    router.wait_established(n1v4(), Duration::from_secs(30))?;
+    let after = wait_until(Duration::from_secs(10), Duration::from_millis(100), || {
+        let p = frr_peer(&router, n1v4()).map_err(|e| format!("{e:#}"))?;
+        if p.status == "up" && p.local.is_some() && p.raw["id"].as_u64() != Some(old_id) {
+            Ok(p)
+        } else {
+            Err(p.raw.to_string())
+        }
+    })
+    .map_err(anyhow::Error::from)
+    .with_context(|| {
+        format!(
+            "FRR's session re-registered with a source\n{}",
+            router.logs(40)
+        )
+    })?;
+    wait_ours(&status, State::Up, UP_TIMEOUT)?;
+    wait_negotiated(&status, 100_000, 300_000)?;
+    let new_id = after.raw["id"].as_u64().context("FRR's discriminator")?;
+    ensure!(
+        u64::from(status.borrow().remote.discr) == new_id,
+        "ours answers FRR's new session {new_id}: {:?}",
+        status.borrow().remote
+    );
+
+    // Our session did leave Up, once, for the removal (else FRR did not
+    // re-register and this test shows nothing), and asked no client to go
+    // down; the BGP session stayed up at the router.
+    let mut seen = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        seen.push(e);
+    }
+    let left_up: Vec<_> = seen.iter().filter(|e| e.change.from == State::Up).collect();
+    ensure!(
+        left_up.len() == 1 && left_up[0].change.cause == bfd::Cause::RemoteSessionRemoved,
+        "one Up -> Down, for the removal: {left_up:?}"
+    );
+    ensure!(
+        seen.iter().all(|e| e.client_action != ClientAction::Down),
+        "a client would have been taken down: {seen:?}"
+    );
+    let back = seen
+        .iter()
+        .find(|e| e.change.to == State::Up)
+        .context("no Up event")?;
+    eprintln!(
+        "FRR's session {old_id} removed and re-created as {new_id}: ours Down, Up again {:.1} ms later",
+        (back.change.at_ns - left_up[0].change.at_ns) as f64 / 1e6
+    );
+    ensure!(
+        router.bgp_neighbor_state(n1v4())?.as_deref() == Some("Established"),
+        "the router's BGP session went down"
+    );
+
+    // A real failure afterwards is still one (silent cut: diagnostic 1,
+    // client action Down).
+    let local_discr = status.borrow().local_discr;
+    let (_cut, _) = cut_and_check_down(&lab, &mut events, &[local_discr], DOWN_BOUND)?;
+    bfd.release_blocking(client)?;
+    bird.stop()?;
     Ok(())
 }
 

@@ -307,6 +307,89 @@ async fn bfd_down_holds_bgp_down_until_bfd_is_up() {
     assert_eq!(bgp.status_of("r2").unwrap().bfd_status, "N/A");
 }
 
+/// `config` with r2 given a BFD profile of its own at `rx` ms (`None`: none).
+fn config_r2_bfd(rx: Option<u32>) -> String {
+    let c = config("", 50);
+    match rx {
+        None => c,
+        Some(rx) => {
+            c.replace(
+                "peerAddress: 192.0.2.2}",
+                "peerAddress: 192.0.2.2, bfdProfile: r2p}",
+            ) + &format!(
+                r#"
+---
+apiVersion: metallb.io/v1beta1
+kind: BFDProfile
+metadata: {{name: r2p, namespace: metallb-system}}
+spec: {{receiveInterval: {rx}, transmitInterval: {rx}}}
+"#
+            )
+        }
+    }
+}
+
+/// Attaching a BFD profile to a BGPPeer whose session is Established, changing
+/// the profile's timers and detaching it touch BFD only: the session is neither
+/// restarted nor held down, and BFD coming up through Down and Init (no client
+/// action) does not hold it either. Only a BFD failure does, and detaching the
+/// profile then lets the session come up.
+#[tokio::test]
+async fn attaching_changing_and_detaching_a_bfd_profile_keep_the_bgp_session() {
+    let mut h = Harness::new();
+    h.node.load(parse(&config_r2_bfd(None)), facts(&[]));
+    h.take();
+    let r2 = |state, local: Option<&str>| PeerEvent {
+        id: SessionId {
+            peer: "r2".into(),
+            generation: 2,
+        },
+        state,
+        last_error: None,
+        local: local.map(|l| SocketAddr::new(l.parse().unwrap(), 40001)),
+        held_down: false,
+    };
+    h.node
+        .bgp()
+        .on_event(r2(FsmState::Established, Some("192.0.2.11")));
+    assert_eq!(h.take(), Vec::<String>::new());
+
+    // Attach: a BFD session for the connection's addresses, nothing else.
+    let out = h.node.load(parse(&config_r2_bfd(Some(50))), facts(&[]));
+    assert!(out.closing.is_empty());
+    assert_eq!(h.take(), ["bfd acquire 192.0.2.11->192.0.2.2 rx 50 = 2"]);
+    let bgp = h.node.bgp();
+    // The new BFD session comes up: Down, Init, Up, none a failure.
+    for state in [BfdState::Down, BfdState::Init, BfdState::Up] {
+        bgp.on_bfd(&[2], state, false);
+        assert_eq!(bgp.status_of("r2").unwrap().bfd_status, state.as_str());
+    }
+    assert_eq!(bgp.status_of("r2").unwrap().bgp_status, "Established");
+    assert_eq!(h.take(), Vec::<String>::new());
+
+    // New timers: a Poll Sequence, nothing for BGP.
+    let out = h.node.load(parse(&config_r2_bfd(Some(100))), facts(&[]));
+    assert!(out.closing.is_empty());
+    assert_eq!(h.take(), ["bfd set 2 rx 100"]);
+
+    // Detach: the BFD client released, nothing for BGP.
+    let out = h.node.load(parse(&config_r2_bfd(None)), facts(&[]));
+    assert!(out.closing.is_empty());
+    assert_eq!(h.take(), ["bfd release 2"]);
+    assert_eq!(h.node.bgp().status_of("r2").unwrap().bfd_status, "N/A");
+
+    // Attached again, a failure holds BGP down; detaching ends the hold.
+    h.node.load(parse(&config_r2_bfd(Some(50))), facts(&[]));
+    assert_eq!(h.take(), ["bfd acquire 192.0.2.11->192.0.2.2 rx 50 = 3"]);
+    let bgp = h.node.bgp();
+    bgp.on_bfd(&[3], BfdState::Up, false);
+    bgp.on_bfd(&[3], BfdState::Down, true);
+    assert_eq!(h.take(), ["r2#2 hold_down BFD Down"]);
+    let out = h.node.load(parse(&config_r2_bfd(None)), facts(&[]));
+    assert!(out.closing.is_empty());
+    assert_eq!(h.take(), ["bfd release 3", "r2#2 release"]);
+}
+
 #[tokio::test]
 async fn node_labels_start_and_stop_sessions_by_selector_only() {
     let mut h = Harness::new();

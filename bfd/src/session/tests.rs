@@ -404,6 +404,139 @@ fn remote_admin_down_is_diag_3_without_client_action() {
     assert_eq!(changes(&a)[0].client_action(), ClientAction::Down);
 }
 
+/// FRR's bfdd removing a session whose last client deregistered it (bgpd
+/// re-registering a neighbor's session with the BGP connection's source
+/// address once BGP is Established, or `no neighbor X bfd`): one Down with
+/// diagnostic 3, addressed to us, then nothing. We signalled no Down, so
+/// the remote detected no failure: no client action (the BGP session it
+/// would take down has just come up).
+#[test]
+fn a_remote_removing_its_session_is_no_failure() {
+    let mut s = up(Parameters::default());
+    let removed = ControlPacket {
+        diag: Diagnostic::NeighborSignaledSessionDown,
+        your_discr: LOCAL,
+        ..remote(State::Down)
+    };
+    let a = rx(&mut s, removed, SEC);
+    let c = changes(&a)[0];
+    assert_eq!(
+        (c.from, c.to, c.diag, c.cause, c.client_action()),
+        (
+            State::Up,
+            State::Down,
+            Diagnostic::NeighborSignaledSessionDown,
+            Cause::RemoteSessionRemoved,
+            ClientAction::None
+        )
+    );
+    assert_eq!(s.counters().down_events, 1);
+    // Every other diagnostic of a Down while Up is a failure the remote
+    // detected (or at least not one we can rule out).
+    for diag in [
+        Diagnostic::None,
+        Diagnostic::ControlDetectionTimeExpired,
+        Diagnostic::EchoFunctionFailed,
+        Diagnostic::ForwardingPlaneReset,
+        Diagnostic::PathDown,
+        Diagnostic::ConcatenatedPathDown,
+        Diagnostic::ReverseConcatenatedPathDown,
+    ] {
+        for your_discr in [0, LOCAL] {
+            let mut s = up(Parameters::default());
+            let a = rx(
+                &mut s,
+                ControlPacket {
+                    diag,
+                    your_discr,
+                    ..remote(State::Down)
+                },
+                SEC,
+            );
+            let c = changes(&a)[0];
+            assert_eq!(
+                (c.cause, c.client_action()),
+                (Cause::Received(State::Down), ClientAction::Down),
+                "{diag:?}, your discriminator {your_discr:#x}"
+            );
+        }
+    }
+    // Outside Up it changes nothing (RFC 5880 §6.8.6: Init stays Init).
+    let mut s = in_state(State::Init);
+    assert!(changes(&rx(&mut s, removed, SEC)).is_empty());
+    assert_eq!(s.state(), State::Init);
+}
+
+/// A remote that replaces its session (FRR's bgpd re-registers the BFD
+/// session of a neighbor with the connection's source address once BGP is
+/// Established: bfdd deletes the old session without a packet and the new
+/// one, another discriminator, starts Down): the Down of a session that has
+/// never been Up with us is no path failure; BGP must not be taken down.
+#[test]
+fn a_remote_s_new_session_signalling_down_is_no_failure() {
+    let mut s = up(Parameters::default());
+    let fresh = ControlPacket {
+        my_discr: REMOTE + 1,
+        ..remote(State::Down)
+    };
+    let a = rx(&mut s, fresh, SEC);
+    let c = changes(&a)[0];
+    assert_eq!(
+        (c.from, c.to, c.diag, c.cause, c.client_action()),
+        (
+            State::Up,
+            State::Down,
+            Diagnostic::NeighborSignaledSessionDown,
+            Cause::RemoteSessionReplaced,
+            ClientAction::None
+        )
+    );
+    // We now answer the new session (Your Discriminator), which comes Up
+    // through the three-way handshake.
+    assert_eq!(s.remote().discr, REMOTE + 1);
+    rx(&mut s, fresh, SEC + 10 * MS);
+    assert_eq!(s.state(), State::Init);
+    let a = rx(
+        &mut s,
+        ControlPacket {
+            my_discr: REMOTE + 1,
+            ..remote(State::Up)
+        },
+        SEC + 20 * MS,
+    );
+    assert_eq!(changes(&a)[0].client_action(), ClientAction::Up);
+    // The same session saying Down (it stopped hearing us, §6.8.1: it then
+    // sends Your Discriminator 0) is a failure, with or without diag.
+    for diag in [Diagnostic::None, Diagnostic::ControlDetectionTimeExpired] {
+        let mut s = up(Parameters::default());
+        let a = rx(
+            &mut s,
+            ControlPacket {
+                diag,
+                ..remote(State::Down)
+            },
+            SEC,
+        );
+        let c = changes(&a)[0];
+        assert_eq!(
+            (c.cause, c.client_action()),
+            (Cause::Received(State::Down), ClientAction::Down)
+        );
+    }
+    // So is a Down that names us, whatever its own discriminator.
+    let mut s = up(Parameters::default());
+    let a = rx(
+        &mut s,
+        ControlPacket {
+            my_discr: REMOTE + 1,
+            your_discr: LOCAL,
+            ..remote(State::Down)
+        },
+        SEC,
+    );
+    assert_eq!(changes(&a)[0].client_action(), ClientAction::Down);
+}
+
 #[test]
 fn client_action_rules() {
     use State::*;
@@ -448,6 +581,14 @@ fn client_action_rules() {
     );
     assert_eq!(
         c(AdminDown, Down, Cause::AdminUp).client_action(),
+        ClientAction::None
+    );
+    assert_eq!(
+        c(Up, Down, Cause::RemoteSessionReplaced).client_action(),
+        ClientAction::None
+    );
+    assert_eq!(
+        c(Up, Down, Cause::RemoteSessionRemoved).client_action(),
         ClientAction::None
     );
 }
@@ -1804,6 +1945,112 @@ fn sim_remote_admin_down_and_back() {
     sim.event(1, Event::AdminUp);
     sim.run_until(20 * SEC);
     assert!(sim.both_up());
+}
+
+/// Node 1 does what FRR's bfdd does when bgpd re-registers a neighbor's
+/// session with the BGP connection's source address: the old session sends
+/// one Down (diagnostic 3) and is freed, a new one (another discriminator)
+/// starts. Node 0 goes Down, comes Up with the new session, and never tells
+/// its client to go down; a cut afterwards still does.
+#[test]
+fn sim_remote_session_removed_and_re_created_is_no_failure() {
+    let mut sim = Sim::new(Parameters::default(), Parameters::default());
+    sim.start_both();
+    sim.run_until(5 * SEC);
+    assert!(sim.both_up());
+    let before = sim.nodes[0].changes.len();
+    let old = sim.nodes[1].session.status();
+    let goodbye = ControlPacket {
+        diag: Diagnostic::NeighborSignaledSessionDown,
+        state: State::Down,
+        poll: false,
+        final_: false,
+        control_plane_independent: false,
+        demand: false,
+        multipoint: false,
+        detect_mult: old.params.detect_mult(),
+        my_discr: old.local_discr,
+        your_discr: old.remote.discr,
+        desired_min_tx_us: old.advertised_min_tx_us,
+        required_min_rx_us: old.advertised_min_rx_us,
+        required_min_echo_rx_us: 0,
+        auth: None,
+    };
+    sim.flight
+        .push((sim.now + sim.latency, 0, Msg::Control(goodbye.to_vec())));
+    let kb = sim.nodes[1].session.key().clone();
+    sim.nodes[1].session = Session::new(kb, 0xc, Parameters::default(), 3);
+    sim.nodes[1].timers = [None; 4];
+    sim.event(1, Event::AdminUp);
+    sim.run_until(10 * SEC);
+    assert!(sim.both_up());
+    let a = &sim.nodes[0].changes[before..];
+    assert_eq!(
+        (a[0].from, a[0].to, a[0].cause, a[0].at_ns),
+        (
+            State::Up,
+            State::Down,
+            Cause::RemoteSessionRemoved,
+            5 * SEC + MS
+        ),
+        "{a:?}"
+    );
+    assert_eq!(a.last().unwrap().to, State::Up, "{a:?}");
+    assert!(
+        a.iter().all(|c| c.client_action() != ClientAction::Down),
+        "{a:?}"
+    );
+    assert_eq!(sim.nodes[0].session.remote().discr, 0xc);
+    sim.cut[1] = true;
+    sim.run_until(12 * SEC);
+    assert_eq!(
+        sim.nodes[0].changes.last().unwrap().client_action(),
+        ClientAction::Down
+    );
+}
+
+/// Node 1 replaces its session as FRR's bfdd does when bgpd re-registers
+/// it (a new discriminator, the old one gone without a packet): node 0
+/// goes Down and Up again with the new session, and never tells its client
+/// to go down.
+#[test]
+fn sim_remote_session_replaced_is_no_failure() {
+    let mut sim = Sim::new(Parameters::default(), Parameters::default());
+    sim.start_both();
+    sim.run_until(5 * SEC);
+    assert!(sim.both_up());
+    let before = sim.nodes[0].changes.len();
+    let kb = sim.nodes[1].session.key().clone();
+    sim.nodes[1].session = Session::new(kb, 0xc, Parameters::default(), 3);
+    sim.nodes[1].timers = [None; 4];
+    sim.event(1, Event::AdminUp);
+    sim.run_until(10 * SEC);
+    assert!(sim.both_up());
+    let a = &sim.nodes[0].changes[before..];
+    assert_eq!(
+        (a[0].from, a[0].to, a[0].cause, a[0].at_ns),
+        (
+            State::Up,
+            State::Down,
+            Cause::RemoteSessionReplaced,
+            5 * SEC + MS
+        ),
+        "at the new session's first packet: {a:?}"
+    );
+    assert_eq!(a.last().unwrap().to, State::Up, "{a:?}");
+    assert_eq!(a.iter().filter(|c| c.to == State::Up).count(), 1, "{a:?}");
+    assert!(
+        a.iter().all(|c| c.client_action() != ClientAction::Down),
+        "{a:?}"
+    );
+    assert_eq!(sim.nodes[0].session.remote().discr, 0xc);
+    // A real failure afterwards is still one.
+    sim.cut[1] = true;
+    sim.run_until(12 * SEC);
+    assert_eq!(
+        sim.nodes[0].changes.last().unwrap().client_action(),
+        ClientAction::Down
+    );
 }
 
 #[test]

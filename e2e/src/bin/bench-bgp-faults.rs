@@ -1619,9 +1619,10 @@ impl Bench<'_> {
         }
         if bfd {
             self.enable_bfd().await?;
-            // Enabling resets the sessions (ours restarts them for the new profile), and
-            // a fresh BFD session starts on slow timers (1 s): the cut must come once
-            // the sessions are up again and BFD is up on its 100 ms timers at the router.
+            // Enabling resets no session (before the fix in `bfd` a router re-registering
+            // its BFD session as BGP came up did), but a fresh BFD session starts on slow
+            // timers (1 s): the cut must come once the sessions are up and BFD is up on
+            // its 100 ms timers at the router.
             self.wait_converged(self.want(opts), Duration::from_secs(120))
                 .await
                 .context("after enabling BFD")?;

@@ -592,6 +592,206 @@ async fn bfd_notices_a_silent_link_cut_and_the_router_withdraws_until_the_link_i
     sl.finish(r).await
 }
 
+/// Each node's (connectionsEstablished, connectionsDropped) at the router.
+fn router_connections(sl: &SpeakerLab) -> Result<Vec<(u64, u64)>> {
+    let neighbors = sl.router.bgp_neighbors()?;
+    ALL.iter()
+        .map(|&n| {
+            let addr = e2e::speakers::node_addr(n);
+            let nb = neighbors
+                .iter()
+                .find(|b| b.addr == addr)
+                .with_context(|| format!("the router has no neighbor {addr}"))?;
+            ensure!(
+                nb.state == "Established",
+                "node-{n} at the router: {}\n{}",
+                nb.state,
+                sl.router.logs(40)
+            );
+            Ok((
+                nb.raw["connectionsEstablished"].as_u64().unwrap_or(0),
+                nb.raw["connectionsDropped"].as_u64().unwrap_or(0),
+            ))
+        })
+        .collect()
+}
+
+/// After `what`, for `settle`: every session stays Established at the router, none
+/// dropped or re-established (FRR's counters), the Service's paths from all nodes.
+async fn sessions_kept(
+    sl: &SpeakerLab,
+    what: &str,
+    before: &[(u64, u64)],
+    settle: Duration,
+) -> Result<()> {
+    let end = Instant::now() + settle;
+    while Instant::now() < end {
+        let now = router_connections(sl).with_context(|| format!("after {what}"))?;
+        ensure!(
+            now == before,
+            "after {what}: (established, dropped) per node {before:?} -> {now:?}\n{}",
+            sl.router.logs(40)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    sl.wait_next_hops(&host(91), &ALL, ROUTE_WITHIN).await?;
+    eprintln!("{what}: no session dropped in {settle:?}");
+    Ok(())
+}
+
+/// Every node's BFD session up at the router, with our side at `tx_ms`.
+fn wait_router_bfd(sl: &SpeakerLab, tx_ms: u64) -> Result<()> {
+    for n in ALL {
+        let addr = e2e::speakers::node_addr(n);
+        wait_until_sync(Duration::from_secs(15), || {
+            let peers = sl.router.bfd_peers().map_err(|e| format!("{e:#}"))?;
+            let p = peers
+                .iter()
+                .find(|p| p.peer == addr.to_string())
+                .ok_or_else(|| format!("no BFD peer {addr}"))?;
+            if p.status == "up" && p.remote_transmit_interval_ms == Some(tx_ms) {
+                Ok(())
+            } else {
+                Err(p.raw.to_string())
+            }
+        })
+        .with_context(|| format!("BFD with node-{n} up at the router, remote tx {tx_ms} ms"))?;
+    }
+    Ok(())
+}
+
+fn wait_until_sync(
+    timeout: Duration,
+    mut f: impl FnMut() -> std::result::Result<(), String>,
+) -> Result<()> {
+    let end = Instant::now() + timeout;
+    loop {
+        match f() {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() >= end => anyhow::bail!("{e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// Sets (`profile`) or removes (`None`) BFD for every node's neighbor at the router.
+fn router_bfd(sl: &SpeakerLab, profile: Option<&str>) -> Result<()> {
+    let mut lines = vec![format!("router bgp {}", testkit::plan::ROUTER_AS)];
+    for n in ALL {
+        let addr = e2e::speakers::node_addr(n);
+        lines.push(match profile {
+            Some(p) => format!("neighbor {addr} bfd profile {p}"),
+            None => format!("no neighbor {addr} bfd"),
+        });
+    }
+    let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+    sl.router.configure(&refs)?;
+    Ok(())
+}
+
+/// Attaching a BFDProfile to the BGPPeer of Established sessions, changing its timers,
+/// the router removing BFD for its neighbors, detaching and re-attaching the profile,
+/// and the router adding BFD again: no BGP session is dropped or reset at any step.
+///
+/// The router removing BFD makes its bfdd send one Down with diagnostic 3 per session
+/// before freeing it: the packet FRR's bgpd also causes when it re-registers a session
+/// with the BGP connection's source address as BGP comes up (the flap bench-bgp-faults
+/// found). The speaker took it for a failure and held BGP down until BFD was Up again:
+/// here, never (the router no longer runs BFD).
+///
+/// Not here: detaching the profile while the router still runs BFD for the neighbor.
+/// Our session then ends with AdminDown (RFC 5880 §6.8.16), which RFC 5882 §3.2 says is
+/// no failure, but FRR 8.4's bgpd resets the BGP session on it (NOTIFICATION sent,
+/// Cease/BFD Down: measured while writing this test): remove BFD at the router first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bfd_attached_changed_and_removed_on_either_side_never_resets_a_session() -> Result<()> {
+    let profile = BfdProfile::new("fast", 100, 100, 3);
+    let Some((_lab, sl)) = start(SpeakerLabOptions::new("spk-bfd-keep").bfd(profile)).await? else {
+        return Ok(());
+    };
+    let r = async {
+        sl.apply_basic_config(json!({})).await?;
+        sl.wait_sessions(&ALL, SESSIONS_WITHIN).await?;
+        let svc = sl
+            .service("web")
+            .endpoints(vec![EndpointSpec::ready("node-1")]);
+        sl.create_service(svc, &[pool_ip(91)]).await?;
+        sl.wait_next_hops(&host(91), &ALL, ROUTE_WITHIN).await?;
+        let settle = Duration::from_secs(3);
+        let c0 = router_connections(&sl)?;
+
+        // Attach.
+        sl.apply(
+            "BFDProfile",
+            "fast",
+            json!({"receiveInterval": 100, "transmitInterval": 100, "detectMultiplier": 3}),
+        )
+        .await?;
+        let mut peer = router_peer_spec();
+        peer["bfdProfile"] = json!("fast");
+        sl.apply("BGPPeer", "router", peer.clone()).await?;
+        let start = Instant::now();
+        wait_router_bfd(&sl, 100)?;
+        eprintln!(
+            "TIMING attach -> BFD up at the router: {:?}",
+            start.elapsed()
+        );
+        sessions_kept(&sl, "attaching the profile", &c0, settle).await?;
+
+        // New timers (a Poll Sequence).
+        sl.apply(
+            "BFDProfile",
+            "fast",
+            json!({"receiveInterval": 200, "transmitInterval": 200, "detectMultiplier": 3}),
+        )
+        .await?;
+        wait_router_bfd(&sl, 200)?;
+        sessions_kept(&sl, "changing the profile's timers", &c0, settle).await?;
+
+        // The router removes BFD for its neighbors (one Down, diagnostic 3, each).
+        router_bfd(&sl, None)?;
+        sessions_kept(&sl, "the router removing BFD", &c0, settle).await?;
+
+        // Detach, attach again (BFD Down, nobody answers), the router adds BFD again.
+        sl.apply("BGPPeer", "router", router_peer_spec()).await?;
+        wait_bfd_statuses(&sl, "N/A").await?;
+        sessions_kept(&sl, "detaching the profile", &c0, settle).await?;
+        sl.apply("BGPPeer", "router", peer).await?;
+        wait_bfd_statuses(&sl, "Down").await?;
+        sessions_kept(&sl, "attaching it with no BFD at the router", &c0, settle).await?;
+        router_bfd(&sl, Some("fast"))?;
+        wait_router_bfd(&sl, 200)?;
+        wait_bfd_statuses(&sl, "Up").await?;
+        sessions_kept(&sl, "the router adding BFD again", &c0, settle).await?;
+        anyhow::Ok(())
+    }
+    .await;
+    sl.finish(r).await
+}
+
+/// Every node's BGPSessionStatus shows `bfd`.
+async fn wait_bfd_statuses(sl: &SpeakerLab, bfd: &str) -> Result<()> {
+    wait_until(
+        &format!("every BGPSessionStatus bfdStatus {bfd}"),
+        Duration::from_secs(10),
+        || async {
+            let l = sl
+                .list("BGPSessionStatus", None)
+                .await
+                .map_err(|e| format!("{e:#}"))?;
+            if l.len() == 3 && l.iter().all(|o| o.data["status"]["bfdStatus"] == bfd) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{:?}",
+                    l.iter().map(|o| &o.data["status"]).collect::<Vec<_>>()
+                ))
+            }
+        },
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_sends_a_cease_and_the_router_withdraws_at_once() -> Result<()> {
     let Some((_lab, mut sl)) = start(SpeakerLabOptions::new("spk-cease")).await? else {
