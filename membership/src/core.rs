@@ -434,6 +434,20 @@ pub struct Core {
 /// majority at most this often.
 const FENCE_HEARD_CHECK_EVERY_NS: u64 = 250_000_000;
 
+/// Whether `name` may be told again (not told within `every`); if so, now is
+/// recorded as the last time.
+fn pace(told: &mut BTreeMap<String, u64>, name: &str, now: u64, every: u64) -> bool {
+    if told
+        .get(name)
+        .is_some_and(|at| now.saturating_sub(*at) < every)
+    {
+        return false;
+    }
+    told.retain(|_, at| now.saturating_sub(*at) < every);
+    told.insert(name.to_owned(), now);
+    true
+}
+
 /// A member held Down that sends to this node is told so at most this
 /// often.
 const TELL_DOWN_EVERY_NS: u64 = 1_000_000_000;
@@ -801,24 +815,23 @@ impl Core {
         if name == self.cfg.name || self.member(&name).is_some() {
             return;
         }
-        if self
-            .rejoin_told
-            .get(&name)
-            .is_some_and(|at| now.saturating_sub(*at) < TELL_DOWN_EVERY_NS)
-        {
+        if !pace(&mut self.rejoin_told, &name, now, TELL_DOWN_EVERY_NS) {
             return;
         }
-        self.rejoin_told
-            .retain(|_, at| now.saturating_sub(*at) < TELL_DOWN_EVERY_NS);
-        self.rejoin_told.insert(name.clone(), now);
         info!(node = %name, "heard from a member held down: telling it, so that both rejoin");
+        self.tell_record(from, down);
+    }
+
+    /// Tells the member at `to` how this node holds it (`record`), in a sync of
+    /// two records: this node (Alive) and it.
+    fn tell_record(&mut self, to: SocketAddr, record: Member<NodeId>) {
         let own = Member::new(self.foca.identity().clone(), 0, State::Alive);
         let control = Control::Sync {
             from: self.sender(),
             reply: false,
-            members: vec![own, down],
+            members: vec![own, record],
         };
-        self.send_control(from, &control);
+        self.send_control(to, &control);
     }
 
     /// The clock sealed into the datagrams sent from now on.
@@ -1023,24 +1036,11 @@ impl Core {
             // told with the whole state on hearing it (see handle_datagram)
             return;
         }
-        if self
-            .suspect_told
-            .get(&name)
-            .is_some_and(|at| now.saturating_sub(*at) < TELL_SUSPECT_EVERY_NS)
-        {
+        if !pace(&mut self.suspect_told, &name, now, TELL_SUSPECT_EVERY_NS) {
             return;
         }
-        self.suspect_told
-            .retain(|_, at| now.saturating_sub(*at) < TELL_SUSPECT_EVERY_NS);
-        self.suspect_told.insert(name.clone(), now);
         debug!(node = %name, "heard from a suspected member: telling it, so that it refutes");
-        let own = Member::new(self.foca.identity().clone(), 0, State::Alive);
-        let control = Control::Sync {
-            from: self.sender(),
-            reply: false,
-            members: vec![own, suspect],
-        };
-        self.send_control(from, &control);
+        self.tell_record(from, suspect);
     }
 
     /// Runs everything due at `now`.

@@ -860,6 +860,22 @@ impl Bench<'_> {
         }
     }
 
+    /// `percent` % of the datagrams to the membership port dropped as they leave
+    /// every node (nftables in the node namespaces).
+    fn lose_membership(&self, percent: u8) -> Result<Vec<testkit::cut::Cut>> {
+        (1..=self.l.nodes)
+            .map(|n| {
+                let node = plan::node_name(n);
+                testkit::cut::lose_udp(
+                    self.l.net.net.node(n),
+                    self.l.net.net.l2_iface(&node),
+                    MEMBERLIST_PORT,
+                    percent,
+                )
+            })
+            .collect()
+    }
+
     async fn round(&mut self, fault: Fault, ips: &[String], post: Duration) -> Result<Value> {
         let before = self.settle(ips).await?;
         let expected = hash_order(self.l.nodes, PROBE)[0];
@@ -984,16 +1000,7 @@ impl Bench<'_> {
                     "two-speakers-loss needs a lab of 2 speakers, not {}",
                     self.l.nodes
                 );
-                let mut lossy = Vec::new();
-                for n in 1..=self.l.nodes {
-                    let node = plan::node_name(n);
-                    lossy.push(testkit::cut::lose_udp(
-                        self.l.net.net.node(n),
-                        self.l.net.net.l2_iface(&node),
-                        MEMBERLIST_PORT,
-                        LOSS_PERCENT,
-                    )?);
-                }
+                let lossy = self.lose_membership(LOSS_PERCENT)?;
                 let before_out: Vec<u64> = (1..=self.l.nodes)
                     .map(|n| self.l.udp_out(n))
                     .collect::<Result<_>>()?;
@@ -1001,13 +1008,7 @@ impl Bench<'_> {
                 let after_out: Vec<u64> = (1..=self.l.nodes)
                     .map(|n| self.l.udp_out(n))
                     .collect::<Result<_>>()?;
-                let mut lost = Vec::new();
-                for c in lossy {
-                    let (seen, dropped) = testkit::cut::loss_counters(&c)?;
-                    lost.push(json!({"to_7946": seen, "dropped": dropped}));
-                    c.restore()?;
-                }
-                extra["loss_per_node"] = json!(lost);
+                extra["loss_per_node"] = restore_losses(lossy)?;
                 extra["udp_out_during_loss"] = json!(
                     after_out
                         .iter()
@@ -1028,29 +1029,14 @@ impl Bench<'_> {
                     .map(|p| cpu_seconds(*p))
                     .collect::<Result<_>>()?;
                 let starved = CpuStarved::start(&pids, self.soak_shares)?;
-                let mut lossy = Vec::new();
-                for n in 1..=self.l.nodes {
-                    let node = plan::node_name(n);
-                    lossy.push(testkit::cut::lose_udp(
-                        self.l.net.net.node(n),
-                        self.l.net.net.l2_iface(&node),
-                        MEMBERLIST_PORT,
-                        SOAK_LOSS_PERCENT,
-                    )?);
-                }
+                let lossy = self.lose_membership(SOAK_LOSS_PERCENT)?;
                 tokio::time::sleep(self.soak).await;
                 let cpu_after: Vec<f64> = pids
                     .iter()
                     .map(|p| cpu_seconds(*p))
                     .collect::<Result<_>>()?;
-                let mut lost = Vec::new();
-                for c in lossy {
-                    let (seen, dropped) = testkit::cut::loss_counters(&c)?;
-                    lost.push(json!({"to_7946": seen, "dropped": dropped}));
-                    c.restore()?;
-                }
+                extra["loss_per_node"] = restore_losses(lossy)?;
                 let busy_cpu = starved.stop()?;
-                extra["loss_per_node"] = json!(lost);
                 extra["soak_s"] = json!(self.soak.as_secs());
                 extra["speaker_cpu_shares"] = json!(self.soak_shares);
                 extra["speaker_cpu_s"] = json!(
@@ -1246,6 +1232,18 @@ fn is_family(ip: &str, fam: &str) -> bool {
 
 /// `rate` datagrams per second of 64 bytes of garbage to `target` for [`FLOOD_FOR`],
 /// from a thread in `netns`; returns how many went out.
+/// Ends the losses of [`Bench::lose_membership`]; per node, the datagrams to the
+/// port seen and dropped.
+fn restore_losses(lossy: Vec<testkit::cut::Cut>) -> Result<Value> {
+    let mut lost = Vec::new();
+    for c in lossy {
+        let (seen, dropped) = testkit::cut::loss_counters(&c)?;
+        lost.push(json!({"to_7946": seen, "dropped": dropped}));
+        c.restore()?;
+    }
+    Ok(json!(lost))
+}
+
 /// CPU seconds (user + system) a process used so far.
 fn cpu_seconds(pid: u32) -> Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
