@@ -643,7 +643,15 @@ impl Elector {
             }
             Response::Conflict => {
                 self.stale = true;
-                self.next_at = retry_at;
+                // A leader whose write conflicts reads the Lease at once: if
+                // another holder has it, the term ends now rather than at the
+                // renew deadline (it went on writing for 1.8 s in the lab's
+                // lease-loss fault). A candidate retries at its pace.
+                self.next_at = if self.leading_until.is_some() {
+                    now
+                } else {
+                    retry_at
+                };
                 self.tick(now)
             }
             Response::Failed => {
