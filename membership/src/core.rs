@@ -1842,30 +1842,25 @@ impl Core {
         let from = self.sender();
         let settled = check.majority(self.cfg.addr) && check.watchers.is_empty();
         if !settled {
+            // the sample, then the watchers outside it (their answers count
+            // for the watchers only, not in the sample's share)
             let extra: Vec<SocketAddr> = check
                 .watchers
                 .iter()
                 .copied()
                 .filter(|w| !sample.contains(w))
                 .collect();
-            for addr in extra {
+            let targets = sample
+                .into_iter()
+                .map(|a| (a, true))
+                .chain(extra.into_iter().map(|a| (a, false)));
+            for (addr, sampled) in targets {
                 let id: u64 = self.rng.random();
-                check.watcher_ids.insert(id, addr);
-                self.send_control(
-                    addr,
-                    &Control::Ping {
-                        from: from.clone(),
-                        id,
-                        target_generation: generations
-                            .get(&addr)
-                            .copied()
-                            .unwrap_or(ANY_GENERATION),
-                    },
-                );
-            }
-            for addr in sample {
-                let id: u64 = self.rng.random();
-                check.ids.insert(id, addr);
+                if sampled {
+                    check.ids.insert(id, addr);
+                } else {
+                    check.watcher_ids.insert(id, addr);
+                }
                 self.send_control(
                     addr,
                     &Control::Ping {
