@@ -4,10 +4,16 @@
 //! 5 minutes (the membership protocol joins those that are not members
 //! every minute). Each list has a deadline; a failed one is retried with
 //! backoff and jitter, and the last good list stays in force.
+//!
+//! Also the nodes where a MetalLB speaker runs ([`watch_metallb_speakers`]):
+//! a watch of the namespace's Pods without this implementation's label
+//! [`OWN_POD_LABEL`], for `--yield-to-metallb` (a migration from MetalLB).
 
+use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use cluster_view::Reflector;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, ListParams};
@@ -140,6 +146,96 @@ pub async fn run(
     }
 }
 
+/// The label every Pod of this implementation carries (the chart's and
+/// deploy/'s speaker and controller): a speaker Pod without it is another
+/// implementation's, MetalLB's during a migration.
+pub const OWN_POD_LABEL: &str = "metallb-rs/component";
+
+/// The labels MetalLB gives its speaker Pods: `app.kubernetes.io/component`
+/// in its chart, `component` in its manifests (`metallb-native.yaml`).
+const SPEAKER_COMPONENT_LABELS: [&str; 2] = ["app.kubernetes.io/component", "component"];
+
+/// Whether `pod` is a MetalLB speaker (labelled a speaker as MetalLB's chart
+/// or manifests label it, without [`OWN_POD_LABEL`]) that counts: Ready, not
+/// being deleted, on a node. Its node's name, if so.
+pub fn metallb_speaker_node(pod: &Pod) -> Option<&str> {
+    let labels = pod.metadata.labels.as_ref()?;
+    if labels.contains_key(OWN_POD_LABEL)
+        || !SPEAKER_COMPONENT_LABELS
+            .iter()
+            .any(|k| labels.get(*k).is_some_and(|v| v == "speaker"))
+        || pod.metadata.deletion_timestamp.is_some()
+    {
+        return None;
+    }
+    let ready = pod
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    if !ready {
+        return None;
+    }
+    pod.spec
+        .as_ref()?
+        .node_name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+}
+
+/// The nodes of the MetalLB speakers among `pods` ([`metallb_speaker_node`]).
+pub fn metallb_speaker_nodes<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> BTreeSet<String> {
+    pods.into_iter()
+        .filter_map(metallb_speaker_node)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Watches the Pods of `namespace` that lack [`OWN_POD_LABEL`] (none once a
+/// migration is over: the watch then costs the API server nothing) and
+/// publishes the nodes of the MetalLB speakers among them on `out` at each
+/// change. The watch retries on its own (`cluster_view` reflector's
+/// backoff); it ends when the returned reflector is dropped.
+pub fn watch_metallb_speakers(
+    client: Client,
+    namespace: &str,
+    out: watch::Sender<BTreeSet<String>>,
+) -> Reflector<Pod> {
+    let api = Api::<Pod>::namespaced(client, namespace);
+    let config = kube::runtime::watcher::Config::default().labels(&format!("!{OWN_POD_LABEL}"));
+    Reflector::with_trim(api, config, trim_pod, move |_, store| {
+        let nodes = metallb_speaker_nodes(store.state().iter().map(AsRef::as_ref));
+        out.send_if_modified(|cur| {
+            let changed = *cur != nodes;
+            if changed {
+                *cur = nodes;
+            }
+            changed
+        });
+    })
+}
+
+/// What the MetalLB speaker watch keeps of a Pod: its labels, deletion
+/// timestamp, node and conditions.
+fn trim_pod(pod: &mut Pod) {
+    cluster_view::lean::metadata(pod);
+    pod.metadata.annotations = None;
+    if let Some(spec) = pod.spec.as_mut() {
+        *spec = k8s_openapi::api::core::v1::PodSpec {
+            node_name: spec.node_name.take(),
+            ..Default::default()
+        };
+    }
+    if let Some(status) = pod.status.as_mut() {
+        *status = k8s_openapi::api::core::v1::PodStatus {
+            conditions: status.conditions.take(),
+            ..Default::default()
+        };
+    }
+}
+
 /// `d` plus up to 20 %, drawn from the clock (no security role).
 fn jitter(d: Duration) -> Duration {
     let nanos = std::time::SystemTime::now()
@@ -186,6 +282,57 @@ mod tests {
         assert_eq!(s, ["192.0.2.12:7946".parse::<SocketAddr>().unwrap()]);
         let s = seeds(&ips, "[2001:db8::11]:7000".parse().unwrap());
         assert_eq!(s, ["[2001:db8::12]:7000".parse::<SocketAddr>().unwrap()]);
+    }
+
+    fn speaker_pod(labels: serde_json::Value, ready: &str, deleting: bool) -> Pod {
+        let mut p = json!({
+            "metadata": {"name": "speaker-x", "labels": labels},
+            "spec": {"nodeName": "node-2", "containers": [{"name": "speaker"}]},
+            "status": {"conditions": [{"type": "Ready", "status": ready}]},
+        });
+        if deleting {
+            p["metadata"]["deletionTimestamp"] = json!("2026-11-29T12:00:00Z");
+        }
+        serde_json::from_value(p).unwrap()
+    }
+
+    #[test]
+    fn metallb_speakers_are_ready_speaker_pods_without_our_label() {
+        let chart =
+            json!({"app.kubernetes.io/name": "metallb", "app.kubernetes.io/component": "speaker"});
+        let manifests = json!({"app": "metallb", "component": "speaker"});
+        for labels in [&chart, &manifests] {
+            let p = speaker_pod(labels.clone(), "True", false);
+            assert_eq!(metallb_speaker_node(&p), Some("node-2"), "{labels}");
+        }
+        // ours (the label our chart and deploy/ give every Pod)
+        let mut ours = chart.clone();
+        ours[OWN_POD_LABEL] = json!("speaker");
+        assert_eq!(
+            metallb_speaker_node(&speaker_pod(ours, "True", false)),
+            None
+        );
+        // not Ready, or being deleted: it does not count
+        assert_eq!(
+            metallb_speaker_node(&speaker_pod(chart.clone(), "False", false)),
+            None
+        );
+        assert_eq!(
+            metallb_speaker_node(&speaker_pod(chart.clone(), "True", true)),
+            None
+        );
+        // MetalLB's controller
+        let ctl = json!({"app.kubernetes.io/name": "metallb", "app.kubernetes.io/component": "controller"});
+        assert_eq!(metallb_speaker_node(&speaker_pod(ctl, "True", false)), None);
+        // not scheduled yet
+        let mut p = speaker_pod(chart.clone(), "True", false);
+        p.spec.as_mut().unwrap().node_name = None;
+        assert_eq!(metallb_speaker_node(&p), None);
+        // trimmed as the watch keeps it: the same answer
+        let mut p = speaker_pod(chart, "True", false);
+        trim_pod(&mut p);
+        assert_eq!(metallb_speaker_node(&p), Some("node-2"));
+        assert!(p.spec.unwrap().containers.is_empty());
     }
 
     #[test]

@@ -191,6 +191,11 @@ pub struct Parts<V, F: SessionFactory, B: BfdOps, L: L2Ops, J, S> {
     pub metrics: K8sClientMetrics,
     /// The probes.
     pub probes: Probes,
+    /// The nodes where a MetalLB speaker Pod (another implementation) is
+    /// Ready (`None`: not watched). With membership on, this node leaves
+    /// the layer-2 Services they are candidates of to them
+    /// ([`NodeFacts::metallb_speaker`]).
+    pub metallb_speakers: Option<watch::Receiver<BTreeSet<String>>>,
 }
 
 /// The loop (see the module documentation).
@@ -202,13 +207,15 @@ pub struct Driver<V, F: SessionFactory, B: BfdOps, L: L2Ops, J: Join, S> {
     l2_task: Option<L2Task>,
 }
 
-/// Every known Node's facts (the layer-2 candidates).
-fn node_facts(nodes: &Store<Node>) -> BTreeMap<String, NodeFacts> {
+/// Every known Node's facts (the layer-2 candidates); `metallb`: the nodes
+/// running a MetalLB speaker.
+fn node_facts(nodes: &Store<Node>, metallb: &BTreeSet<String>) -> BTreeMap<String, NodeFacts> {
     nodes
         .state()
         .iter()
         .map(|n| {
-            let f = NodeFacts::of(n);
+            let mut f = NodeFacts::of(n);
+            f.metallb_speaker = metallb.contains(&f.name);
             (f.name.clone(), f)
         })
         .collect()
@@ -335,6 +342,7 @@ where
             state_writer: writer,
             metrics,
             probes,
+            metallb_speakers,
         } = p;
         let (ready, heartbeat) = (&probes.ready, &probes.heartbeat);
         let component = Component::Speaker { node: node.clone() };
@@ -371,11 +379,15 @@ where
             membership: None,
         };
         let mut batch: Option<Batch> = None;
+        let mut metallb = metallb_speakers
+            .as_mut()
+            .map(|r| r.borrow_and_update().clone())
+            .unwrap_or_default();
+        let mut refresh_nodes = false;
         loop {
             heartbeat.beat();
             let mut all = false;
             let mut keys: Vec<String> = Vec::new();
-            let mut refresh_nodes = false;
             if config_pending {
                 config_pending = false;
                 refresh_nodes = true;
@@ -492,8 +504,9 @@ where
             }
             keys.sort();
             keys.dedup();
-            if all || refresh_nodes {
-                all |= speaker.set_nodes(node_facts(&nodes));
+            let refresh = std::mem::take(&mut refresh_nodes);
+            if all || refresh {
+                all |= speaker.set_nodes(node_facts(&nodes, &metallb));
             }
             if speaker.config().is_some() {
                 let started = std::time::Instant::now();
@@ -652,6 +665,20 @@ where
                         *l2_task = None;
                         tracing::error!(result = ?r.map(|r| r.map_err(|e| e.to_string())), "the layer-2 responder stopped");
                         anyhow::bail!("the layer-2 responder stopped");
+                    }
+                    r = async { metallb_speakers.as_mut().expect("guarded").changed().await }, if metallb_speakers.is_some() => {
+                        let Some(rx) = metallb_speakers.as_mut().filter(|_| r.is_ok()) else {
+                            // The watch ended (its owner stopped): the last set stays.
+                            *metallb_speakers = None;
+                            continue;
+                        };
+                        let now = rx.borrow_and_update().clone();
+                        if now != metallb {
+                            tracing::info!(nodes = ?now, "MetalLB speakers Ready: this node leaves the layer-2 Services they are candidates of to them");
+                            metallb = now;
+                            refresh_nodes = true;
+                            break;
+                        }
                     }
                     _ = tokio::time::sleep(Duration::from_secs(5)) => heartbeat.beat(),
                 }

@@ -579,6 +579,11 @@ fn hint(
             "Service {key} has no serving endpoint with an address (its Pods are not ready, or \
              spec.selector matches none)"
         ),
+        Reason::MetalLbSpeakerCandidate => format!(
+            "a MetalLB speaker Pod (without the label metallb-rs/component) is Ready on a \
+             candidate node of Service {key}: MetalLB's speakers answer for it until none is \
+             (a migration in progress; speaker flag --yield-to-metallb)"
+        ),
     }
 }
 

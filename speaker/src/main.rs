@@ -90,6 +90,12 @@ struct Args {
     /// default, as MetalLB (which has no such fence).
     #[arg(long, env = "METALLB_ML_SELF_FENCE", num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     ml_self_fence: bool,
+    /// With membership on, leave the layer-2 Services a Ready MetalLB speaker
+    /// Pod of this namespace (labelled a speaker, without `metallb-rs/component`)
+    /// is a candidate of to MetalLB's speakers, which elect among themselves: no
+    /// address answered by both implementations during a migration.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true")]
+    yield_to_metallb: bool,
     /// HTTPS metrics port (0 disables metrics).
     #[arg(long, default_value_t = 9120)]
     port: u16,
@@ -517,6 +523,15 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
     } else {
         drop(seeds_tx);
     }
+    // MetalLB's speakers (a migration in progress): watched only with membership on,
+    // where the two implementations elect apart.
+    let (metallb_speakers, _metallb_watch) = if args.yield_to_metallb && ml_pending.is_some() {
+        let (tx, rx) = watch::channel(std::collections::BTreeSet::new());
+        let w = speaker::discovery::watch_metallb_speakers(client.clone(), &ns, tx);
+        (Some(rx), Some(w))
+    } else {
+        (None, None)
+    };
     let join = ml_pending.take().map(|(bind, key)| EdgeJoin {
         args: &args,
         node: &node,
@@ -569,6 +584,7 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
             ready: ready.clone(),
             heartbeat: heartbeat.clone(),
         },
+        metallb_speakers,
     });
     let outcome = tokio::select! {
         r = daemon::shutdown_signal() => r,

@@ -632,6 +632,22 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
                 self.l2_cache.remove(key);
                 self.apply_l2(key, Err(reason), None)
             }
+            Ok(p) if !p.metallb.is_empty() => {
+                // A MetalLB speaker is a candidate (a migration): decided in
+                // full and not cached, as whether this node yields does not
+                // depend on the live speakers (Node changes decide it again).
+                self.l2_cache.remove(key);
+                let me = facts.name.clone();
+                let d = p.decide(&me, self.live.as_ref());
+                let successor_of = match (&d.result, &d.election) {
+                    (Err(Reason::NotOwner), Some(e)) => e
+                        .winner()
+                        .filter(|w| e.next_after(w) == Some(me.as_str()))
+                        .map(str::to_owned),
+                    _ => None,
+                };
+                self.apply_l2(key, d.result, successor_of)
+            }
             Ok(p) => {
                 // The prefix: `min_len` candidates, then on until `min_live`
                 // of them are live.

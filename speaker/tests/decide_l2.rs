@@ -726,3 +726,71 @@ spec:
     }
     assert!(seen_only && seen_all);
 }
+
+#[test]
+fn a_metallb_speaker_among_the_candidates_takes_the_service_with_membership_on() {
+    let ads = r#"
+apiVersion: metallb.io/v1beta1
+kind: L2Advertisement
+metadata: {name: rack-b, namespace: metallb-system}
+spec:
+  nodeSelectors: [{matchLabels: {rack: b}}]
+"#;
+    let mut w = World::new(&FIVE, ads);
+    let live: BTreeSet<String> = FIVE.iter().map(|n| n.name.to_owned()).collect();
+    let ip = "198.51.100.60";
+    let (web, local) = (
+        svc_named("web", &[ip], false, &[], &[]),
+        svc_named("web", &[ip], true, &[], &[]),
+    );
+    let ep_a = ready_on("node-a");
+    let ep_c = ready_on("node-c");
+    let want = expected_order(&[("node-c", 0), ("node-d", 0)], ip);
+    // MetalLB's speaker on node-a, which no advertisement selects: nothing changes.
+    w.nodes.get_mut("node-a").unwrap().metallb_speaker = true;
+    assert_eq!(
+        w.announcers(&web, &ep_a, Some(&live), &Options::default()),
+        vec![want[0].clone()]
+    );
+    // On node-d, a candidate: nobody of ours answers, each says why, and the
+    // election is still shown.
+    w.nodes.get_mut("node-d").unwrap().metallb_speaker = true;
+    assert!(
+        w.announcers(&web, &ep_a, Some(&live), &Options::default())
+            .is_empty()
+    );
+    for me in ["node-c", "node-d"] {
+        let d = decide(
+            &w.config,
+            me,
+            w.cluster(Some(&live)),
+            Some(&web),
+            &ep_a,
+            &Options::default(),
+        );
+        assert_eq!(d.result, Err(Reason::MetalLbSpeakerCandidate), "{me}");
+        assert_eq!(d.election.unwrap().winner(), Some(want[0].as_str()));
+    }
+    assert_eq!(
+        Reason::MetalLbSpeakerCandidate.as_str(),
+        "metallbSpeakerCandidate"
+    );
+    // Whatever our live set: MetalLB's speakers elect among themselves.
+    let only_c = BTreeSet::from(["node-c".to_owned()]);
+    assert!(
+        w.announcers(&web, &ep_a, Some(&only_c), &Options::default())
+            .is_empty()
+    );
+    // externalTrafficPolicy Local with the endpoint on node-c alone: node-d is
+    // no candidate, node-c answers.
+    assert_eq!(
+        w.announcers(&local, &ep_c, Some(&live), &Options::default()),
+        vec!["node-c".to_owned()]
+    );
+    // Membership off: both implementations elect among every known Node alike
+    // (the same winner), nobody yields.
+    assert_eq!(
+        w.announcers(&web, &ep_a, None, &Options::default()),
+        vec![want[0].clone()]
+    );
+}

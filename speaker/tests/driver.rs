@@ -295,6 +295,15 @@ struct Harness<J: Join> {
 }
 
 fn harness<J: Join>(join: Option<J>, l2_fail: Option<&str>) -> Harness<J> {
+    harness_with(join, l2_fail, None)
+}
+
+/// [`harness`], with the nodes of MetalLB's speakers from `metallb`.
+fn harness_with<J: Join>(
+    join: Option<J>,
+    l2_fail: Option<&str>,
+    metallb: Option<watch::Receiver<BTreeSet<String>>>,
+) -> Harness<J> {
     let res = resources(CONFIG);
     let nodes: Vec<Node> = res.nodes.iter().map(|n| (**n).clone()).collect();
     let (node_store, node_w) = listed(nodes);
@@ -390,6 +399,7 @@ fn harness<J: Join>(join: Option<J>, l2_fail: Option<&str>) -> Harness<J> {
             ready: Arc::new(AtomicBool::new(false)),
             heartbeat: Arc::new(Heartbeat::new()),
         },
+        metallb_speakers: metallb,
     });
     Harness {
         driver,
@@ -611,6 +621,60 @@ async fn a_lost_owner_s_layer_2_service_moves_to_this_node() {
         live_tx.send_replace(both.clone());
         until("node-2's Service released, its status gone", || {
             claimed(&claims) == BTreeSet::from([format!("default/{m}")]) && !has(&l2s, &t)
+        })
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_ready_metallb_speaker_candidate_takes_the_layer_2_services_and_gives_them_back() {
+    let both: BTreeSet<String> = [ME, "node-2"].iter().map(|s| s.to_string()).collect();
+    let (_live_tx, live) = watch::channel(both.clone());
+    let (_fence_tx, fenced) = watch::channel(false);
+    let join = FakeJoin {
+        live,
+        fenced,
+        owners: Arc::default(),
+    };
+    let (metallb_tx, metallb) = watch::channel(BTreeSet::new());
+    let mut h = harness_with(Some(join), None, Some(metallb));
+    let (mine, theirs) = two_services(Some(&both));
+    h.cluster.add_service(mine.clone());
+    h.cluster.add_service(theirs.clone());
+    let (claims, l2s, log) = (h.claims.clone(), h.l2_status.clone(), h.log.clone());
+    let m = name(&mine);
+    let routes = |log: &Log| {
+        last_set(log).is_some_and(|l| {
+            l.contains(&format!("{}/32", mine_ip(&mine)))
+                && l.contains(&format!("{}/32", mine_ip(&theirs)))
+        })
+    };
+    h.run(async {
+        until("this node's Service claimed", || {
+            claimed(&claims) == BTreeSet::from([format!("default/{m}")]) && has(&l2s, &m)
+        })
+        .await;
+        // MetalLB's speaker Ready on node-2, a candidate of both: this node lets go.
+        metallb_tx.send_replace(BTreeSet::from(["node-2".to_owned()]));
+        until("nothing claimed, no ServiceL2Status", || {
+            claimed(&claims).is_empty() && !has(&l2s, &m)
+        })
+        .await;
+        // BGP is not concerned (both implementations' routes are fine side by side).
+        assert!(routes(&log), "{:?}", last_set(&log));
+        // A node that is no candidate (unknown here) changes nothing.
+        metallb_tx.send_replace(BTreeSet::from(["node-9".to_owned()]));
+        until("this node's Service claimed again", || {
+            claimed(&claims) == BTreeSet::from([format!("default/{m}")]) && has(&l2s, &m)
+        })
+        .await;
+        // Gone (its Pod deleted): the same.
+        metallb_tx.send_replace(BTreeSet::from(["node-2".to_owned()]));
+        until("let go again", || claimed(&claims).is_empty()).await;
+        metallb_tx.send_replace(BTreeSet::new());
+        until("claimed again", || {
+            claimed(&claims) == BTreeSet::from([format!("default/{m}")])
         })
         .await;
     })

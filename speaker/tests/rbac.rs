@@ -27,6 +27,13 @@ const USED: &[(&str, &str, &str, &str, &str)] = &[
         "list",
         "speaker::discovery (--ml-labels: the other speakers' Pod IPs)",
     ),
+    (
+        "",
+        "pods",
+        "*",
+        "watch",
+        "speaker::discovery::watch_metallb_speakers (reflector: list + watch)",
+    ),
     ("metallb.io", "ipaddresspools", "*", "list", W),
     ("metallb.io", "ipaddresspools", "*", "watch", W),
     ("metallb.io", "bgppeers", "*", "list", W),

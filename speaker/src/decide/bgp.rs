@@ -50,6 +50,11 @@ pub enum Reason {
     /// Layer 2: the Service may share its address (`allow-shared-ip`) and an
     /// L2Advertisement matching it has serviceSelectors.
     SharedIpWithServiceSelector,
+    /// Layer 2, membership on: a node running a MetalLB speaker (not this
+    /// implementation) is a candidate of the Service; MetalLB's speakers
+    /// answer for it (a migration in progress). Not one of MetalLB's
+    /// reasons.
+    MetalLbSpeakerCandidate,
 }
 
 impl Reason {
@@ -70,6 +75,7 @@ impl Reason {
             Reason::NoLocalEndpoints => "noLocalEndpoints",
             Reason::NoEndpoints => "noEndpoints",
             Reason::SharedIpWithServiceSelector => "sharedIPWithServiceSelector",
+            Reason::MetalLbSpeakerCandidate => "metallbSpeakerCandidate",
         }
     }
 }

@@ -197,13 +197,25 @@ pub struct Prepared {
     pub order: Election,
     /// What `me` announces if it wins.
     pub if_won: Announcement,
+    /// The candidates that run a MetalLB speaker
+    /// ([`NodeFacts::metallb_speaker`]), in election order. With
+    /// membership on, any of them leaves the Service to MetalLB's
+    /// speakers: they elect among themselves, not seeing this
+    /// implementation's, and one of them answers while any is a
+    /// candidate. With membership off both implementations elect among
+    /// every known Node alike (the same winner), so nobody yields.
+    pub metallb: Vec<String>,
 }
 
 impl Prepared {
     /// The decision when `live` are the live speakers (`None`: membership
     /// off, the known Nodes of `nodes` count).
     pub fn decide(self, me: &str, live: Option<&BTreeSet<String>>) -> Decision {
-        let Prepared { order, if_won } = self;
+        let Prepared {
+            order,
+            if_won,
+            metallb,
+        } = self;
         let election = Election {
             ip: order.ip,
             candidates: order
@@ -215,7 +227,9 @@ impl Prepared {
                 })
                 .collect(),
         };
-        let result = if election.winner() == Some(me) {
+        let result = if live.is_some() && !metallb.is_empty() {
+            Err(Reason::MetalLbSpeakerCandidate)
+        } else if election.winner() == Some(me) {
             Ok(if_won)
         } else {
             Err(Reason::NotOwner)
@@ -278,8 +292,15 @@ pub fn prepare(
     let mut universe: BTreeSet<&str> = nodes.keys().map(String::as_str).collect();
     universe.extend(ads.iter().flat_map(|a| a.nodes.iter().map(String::as_str)));
     let order = order(&ads, universe, nodes, svc, slices, first, options);
+    let metallb = order
+        .candidates
+        .iter()
+        .filter(|c| nodes.get(&c.node).is_some_and(|f| f.metallb_speaker))
+        .map(|c| c.node.clone())
+        .collect();
     Ok(Prepared {
         order,
+        metallb,
         if_won: Announcement {
             ips,
             pool: pool.name.clone(),

@@ -28,6 +28,13 @@ pub struct NodeFacts {
     pub network_unavailable: bool,
     /// Labelled `node.kubernetes.io/exclude-from-external-load-balancers`.
     pub excluded_from_lb: bool,
+    /// A MetalLB speaker (another implementation, e.g. during a migration)
+    /// runs on the node and is Ready. MetalLB's speakers elect layer-2
+    /// owners among themselves and do not see this implementation's: while
+    /// one of them is a candidate of a Service, this implementation's
+    /// speakers leave the Service to them (membership on), so that no
+    /// address is answered by two nodes ([`l2::Prepared::metallb`]).
+    pub metallb_speaker: bool,
 }
 
 impl NodeFacts {
@@ -38,6 +45,7 @@ impl NodeFacts {
             labels: node.metadata.labels.clone().unwrap_or_default(),
             network_unavailable: cluster_view::nodes::network_unavailable(node),
             excluded_from_lb: cluster_view::nodes::excluded_from_lb(node),
+            metallb_speaker: false,
         }
     }
 }
