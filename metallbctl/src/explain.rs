@@ -68,6 +68,14 @@ struct ServiceArgs {
     #[arg(long, value_delimiter = ',', value_name = "NODES")]
     live_speakers: Option<Vec<String>>,
 
+    /// The nodes where a MetalLB speaker is Ready (a migration in progress; node names,
+    /// comma-separated): with membership on, the speakers leave the layer-2 Services
+    /// they are candidates of to MetalLB. Default: from the cluster, the Ready speaker
+    /// Pods in `--namespace` without the label metallb-rs/component whose node reports
+    /// no membership view of ours; from files, none.
+    #[arg(long, value_delimiter = ',', value_name = "NODES")]
+    metallb_speakers: Option<Vec<String>>,
+
     /// Labels of the speaker Pods in `--namespace` (without `-f`).
     #[arg(long, default_value = "app=metallb,component=speaker")]
     speaker_labels: String,
@@ -129,19 +137,28 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         if live.resources.nodes.is_empty() {
             bail!("the cluster has no Node: explain decides per Node");
         }
-        let speakers = match given {
+        let timeout = Duration::from_secs(args.timeout);
+        let metallb = match &args.metallb_speakers {
+            Some(m) => nodes(m),
+            None => rt.block_on(crate::live::metallb_speaker_nodes(&args.namespace, timeout))?,
+        };
+        let mut speakers = match given {
             Some(g) => LiveSpeakers::same(g),
             None => {
-                let timeout = Duration::from_secs(args.timeout);
                 let ready = rt.block_on(crate::live::ready_speaker_nodes(
                     &args.namespace,
                     &args.speaker_labels,
                     timeout,
                 ))?;
                 let views = rt.block_on(crate::live::membership_views(&args.namespace, timeout))?;
-                live_speakers(ready, views)
+                live_speakers(ready, views, &metallb)
             }
         };
+        // A node whose speaker reports a membership view runs ours.
+        speakers.metallb = metallb
+            .into_iter()
+            .filter(|n| !speakers.reported.contains_key(n))
+            .collect();
         let explanation = speaker::explain::service(
             &live.resources,
             &key,
@@ -163,7 +180,14 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 svc.as_deref(),
                 &slices,
                 &options,
-                &given.map(LiveSpeakers::same).unwrap_or_default(),
+                &LiveSpeakers {
+                    metallb: args
+                        .metallb_speakers
+                        .as_deref()
+                        .map(nodes)
+                        .unwrap_or_default(),
+                    ..given.map(LiveSpeakers::same).unwrap_or_default()
+                },
             ),
             reported: None,
         }
@@ -294,10 +318,17 @@ fn print_reported(
 /// when no speaker Pod is found (another label, or none runs). A view of a
 /// speaker not Ready is stale (its process may be gone): not used, unless no
 /// speaker Pod is found at all (then readiness is unknown, the views stand).
+/// The Ready speaker Pods of MetalLB (`metallb`) are not ours: their nodes
+/// count only where they report a membership view of ours.
 fn live_speakers(
     ready: BTreeSet<String>,
     views: BTreeMap<String, config::api::v1beta1::Layer2Membership>,
+    metallb: &BTreeSet<String>,
 ) -> LiveSpeakers {
+    let ready: BTreeSet<String> = ready
+        .into_iter()
+        .filter(|n| !metallb.contains(n) || views.contains_key(n))
+        .collect();
     let reported = views
         .into_iter()
         .filter(|(node, _)| ready.is_empty() || ready.contains(node))
@@ -306,7 +337,13 @@ fn live_speakers(
     LiveSpeakers {
         reported,
         otherwise: (!ready.is_empty()).then_some(ready),
+        metallb: BTreeSet::new(),
     }
+}
+
+/// Node names given on the command line (empty ones left out).
+fn nodes(v: &[String]) -> BTreeSet<String> {
+    v.iter().filter(|n| !n.is_empty()).cloned().collect()
 }
 
 fn differences(e: &Explanation, r: &crate::live::Reported) -> Vec<String> {
@@ -629,11 +666,16 @@ mod tests {
         let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
         let view =
             |v: &[&str], joined: bool, fenced: bool| Layer2Membership::of(&set(v), joined, fenced);
-        let run = |ready: &[&str], views: Vec<(&str, Layer2Membership)>| {
-            let live = live_speakers(
+        let run_with = |ready: &[&str], views: Vec<(&str, Layer2Membership)>, metallb: &[&str]| {
+            let mut live = live_speakers(
                 set(ready),
                 views.into_iter().map(|(n, v)| (n.to_owned(), v)).collect(),
+                &set(metallb),
             );
+            live.metallb = set(metallb)
+                .into_iter()
+                .filter(|n| !live.reported.contains_key(n))
+                .collect();
             speaker::explain::service(
                 &resources,
                 "demo/web",
@@ -643,6 +685,8 @@ mod tests {
                 &live,
             )
         };
+        let run =
+            |ready: &[&str], views: Vec<(&str, Layer2Membership)>| run_with(ready, views, &[]);
         let answering = |e: &Explanation| -> Vec<String> {
             let l2 = e.l2.as_ref().expect("an L2 section");
             l2.nodes
@@ -728,6 +772,30 @@ mod tests {
         big.truncated = true;
         big.live_speakers.clear();
         let e = run(&all, vec![(first, big)]);
+        assert_eq!(answering(&e), [first], "{e:#?}");
+
+        // A migration: MetalLB's speaker Ready on the second (no view of ours there).
+        // Ours leave the Service to it and say why.
+        let ours: Vec<&str> = all.iter().copied().filter(|n| *n != second).collect();
+        let e = run_with(
+            &all,
+            ours.iter()
+                .map(|n| (*n, view(&ours, true, false)))
+                .collect(),
+            &[second],
+        );
+        assert!(answering(&e).is_empty(), "{e:#?}");
+        assert!(
+            hint(&e, first).contains("MetalLB speaker"),
+            "{}",
+            hint(&e, first)
+        );
+        // The same Pod on a node that reports a view of ours is ours.
+        let e = run_with(
+            &all,
+            all.iter().map(|n| (*n, view(&all, true, false))).collect(),
+            &[second],
+        );
         assert_eq!(answering(&e), [first], "{e:#?}");
     }
 }

@@ -307,6 +307,23 @@ pub async fn membership_views(
 /// The Nodes whose speaker Pod (`labels` in `metallb_ns`) is Ready: the speakers
 /// taking part in layer-2 elections as far as the API server can tell (a speaker
 /// joins the membership once it can announce, and its readiness follows).
+/// The nodes of the Ready MetalLB speaker Pods in `metallb_ns`: those without
+/// the label `metallb-rs/component` (`speaker::discovery::metallb_speaker_node`).
+pub async fn metallb_speaker_nodes(
+    metallb_ns: &str,
+    timeout: Duration,
+) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    let client = client(timeout).await?;
+    let pods = list(
+        Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client, metallb_ns),
+        "the Pods without the label metallb-rs/component",
+        &ListParams::default().labels(&format!("!{}", speaker::discovery::OWN_POD_LABEL)),
+        timeout,
+    )
+    .await?;
+    Ok(speaker::discovery::metallb_speaker_nodes(&pods))
+}
+
 pub async fn ready_speaker_nodes(
     metallb_ns: &str,
     labels: &str,

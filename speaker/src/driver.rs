@@ -221,6 +221,31 @@ fn node_facts(nodes: &Store<Node>, metallb: &BTreeSet<String>) -> BTreeMap<Strin
         .collect()
 }
 
+/// The nodes of `pods` (MetalLB's speaker Pods) this node yields to: those
+/// not `live` in our membership, where a speaker of ours runs (`None`:
+/// membership off, every one).
+fn yields_to(pods: &BTreeSet<String>, live: Option<&BTreeSet<String>>) -> BTreeSet<String> {
+    match live {
+        Some(l) => pods.difference(l).cloned().collect(),
+        None => pods.clone(),
+    }
+}
+
+/// Says whom this node yields to now (`to`, of MetalLB's speaker Pods `pods`).
+fn log_yield(pods: &BTreeSet<String>, to: &BTreeSet<String>) {
+    tracing::info!(
+        nodes = ?to,
+        "MetalLB speakers Ready: this node leaves the layer-2 Services they are candidates of to them"
+    );
+    let ours: Vec<&String> = pods.difference(to).collect();
+    if !ours.is_empty() {
+        tracing::warn!(
+            nodes = ?ours,
+            "speaker Pods without the label metallb-rs/component on nodes whose speaker is a member of ours: taken for ours, not MetalLB's (give our Pods the label)"
+        );
+    }
+}
+
 fn on_bfd<F: SessionFactory, B: BfdOps, L: L2Ops>(
     speaker: &mut NodeSpeaker<F, B, L>,
     ev: &bfd::BfdEvent,
@@ -379,10 +404,15 @@ where
             membership: None,
         };
         let mut batch: Option<Batch> = None;
-        let mut metallb = metallb_speakers
+        // The nodes of MetalLB's speaker Pods, and those this node yields to: not
+        // the live members of our membership (a node that is one runs ours, whatever
+        // its Pod's labels: speakers of ours deployed without the label never yield
+        // to each other).
+        let mut metallb_pods = metallb_speakers
             .as_mut()
             .map(|r| r.borrow_and_update().clone())
             .unwrap_or_default();
+        let mut metallb = yields_to(&metallb_pods, speaker.live());
         let mut refresh_nodes = false;
         loop {
             heartbeat.beat();
@@ -446,6 +476,7 @@ where
                             let m = j.join().await?;
                             *liveness = Liveness::membership(m.live(), m.fenced());
                             speaker.set_live(liveness.current());
+                            metallb = yields_to(&metallb_pods, speaker.live());
                             *ml = Some(m);
                             all = true;
                         }
@@ -642,6 +673,15 @@ where
                         tracing::debug!(?live, "live speakers");
                         // (the Services it changes are decided at the next turn)
                         let changed = speaker.set_live(live);
+                        if !metallb_pods.is_empty() {
+                            let now = yields_to(&metallb_pods, speaker.live());
+                            if now != metallb {
+                                log_yield(&metallb_pods, &now);
+                                metallb = now;
+                                refresh_nodes = true;
+                                break;
+                            }
+                        }
                         // (a change while fenced changes no decision, but the view)
                         if changed || liveness.report() != state.membership {
                             break;
@@ -672,9 +712,10 @@ where
                             *metallb_speakers = None;
                             continue;
                         };
-                        let now = rx.borrow_and_update().clone();
+                        metallb_pods = rx.borrow_and_update().clone();
+                        let now = yields_to(&metallb_pods, speaker.live());
                         if now != metallb {
-                            tracing::info!(nodes = ?now, "MetalLB speakers Ready: this node leaves the layer-2 Services they are candidates of to them");
+                            log_yield(&metallb_pods, &now);
                             metallb = now;
                             refresh_nodes = true;
                             break;

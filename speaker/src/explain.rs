@@ -40,6 +40,10 @@ pub struct LiveSpeakers {
     pub reported: BTreeMap<String, (BTreeSet<String>, String)>,
     /// For the other nodes: a set, or `None` (every Node).
     pub otherwise: Option<BTreeSet<String>>,
+    /// The nodes where a MetalLB speaker is Ready (a migration): with
+    /// membership on, the layer-2 Services they are candidates of are left
+    /// to MetalLB ([`NodeFacts::metallb_speaker`]).
+    pub metallb: BTreeSet<String>,
 }
 
 impl LiveSpeakers {
@@ -53,6 +57,7 @@ impl LiveSpeakers {
         LiveSpeakers {
             reported: BTreeMap::new(),
             otherwise: Some(live),
+            metallb: BTreeSet::new(),
         }
     }
 
@@ -192,7 +197,8 @@ pub fn service(
     let facts_all: BTreeMap<String, NodeFacts> = nodes
         .iter()
         .map(|n| {
-            let f = NodeFacts::of(n);
+            let mut f = NodeFacts::of(n);
+            f.metallb_speaker = live.metallb.contains(&f.name);
             (f.name.clone(), f)
         })
         .collect();

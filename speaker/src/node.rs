@@ -337,6 +337,11 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
         true
     }
 
+    /// The live speakers in force (`None`: membership off).
+    pub fn live(&self) -> Option<&BTreeSet<String>> {
+        self.live.as_ref()
+    }
+
     /// Decides again, after changes of the live speakers
     /// ([`NodeSpeaker::set_live`]), the layer-2 Services whose candidates
     /// include a node that joined or left: those whose winner is no longer

@@ -630,7 +630,9 @@ async fn a_lost_owner_s_layer_2_service_moves_to_this_node() {
 #[tokio::test]
 async fn a_ready_metallb_speaker_candidate_takes_the_layer_2_services_and_gives_them_back() {
     let both: BTreeSet<String> = [ME, "node-2"].iter().map(|s| s.to_string()).collect();
-    let (_live_tx, live) = watch::channel(both.clone());
+    let me_only = BTreeSet::from([ME.to_owned()]);
+    // node-2 runs MetalLB's speaker: our membership holds this node alone.
+    let (live_tx, live) = watch::channel(me_only.clone());
     let (_fence_tx, fenced) = watch::channel(false);
     let join = FakeJoin {
         live,
@@ -643,7 +645,8 @@ async fn a_ready_metallb_speaker_candidate_takes_the_layer_2_services_and_gives_
     h.cluster.add_service(mine.clone());
     h.cluster.add_service(theirs.clone());
     let (claims, l2s, log) = (h.claims.clone(), h.l2_status.clone(), h.log.clone());
-    let m = name(&mine);
+    let (m, t) = (name(&mine), name(&theirs));
+    let all_mine = BTreeSet::from([format!("default/{m}"), format!("default/{t}")]);
     let routes = |log: &Log| {
         last_set(log).is_some_and(|l| {
             l.contains(&format!("{}/32", mine_ip(&mine)))
@@ -651,32 +654,37 @@ async fn a_ready_metallb_speaker_candidate_takes_the_layer_2_services_and_gives_
         })
     };
     h.run(async {
-        until("this node's Service claimed", || {
-            claimed(&claims) == BTreeSet::from([format!("default/{m}")]) && has(&l2s, &m)
+        until("both Services claimed (the only live speaker)", || {
+            claimed(&claims) == all_mine && has(&l2s, &m) && has(&l2s, &t)
         })
         .await;
         // MetalLB's speaker Ready on node-2, a candidate of both: this node lets go.
         metallb_tx.send_replace(BTreeSet::from(["node-2".to_owned()]));
         until("nothing claimed, no ServiceL2Status", || {
-            claimed(&claims).is_empty() && !has(&l2s, &m)
+            claimed(&claims).is_empty() && !has(&l2s, &m) && !has(&l2s, &t)
         })
         .await;
         // BGP is not concerned (both implementations' routes are fine side by side).
         assert!(routes(&log), "{:?}", last_set(&log));
         // A node that is no candidate (unknown here) changes nothing.
         metallb_tx.send_replace(BTreeSet::from(["node-9".to_owned()]));
-        until("this node's Service claimed again", || {
-            claimed(&claims) == BTreeSet::from([format!("default/{m}")]) && has(&l2s, &m)
-        })
-        .await;
-        // Gone (its Pod deleted): the same.
+        until("both claimed again", || claimed(&claims) == all_mine).await;
         metallb_tx.send_replace(BTreeSet::from(["node-2".to_owned()]));
         until("let go again", || claimed(&claims).is_empty()).await;
-        metallb_tx.send_replace(BTreeSet::new());
-        until("claimed again", || {
+        // node-2 turns out to be a member of ours (a speaker of ours without the
+        // label): taken for ours, the election among both is back.
+        live_tx.send_replace(both.clone());
+        until("this node's Service claimed, node-2's not", || {
             claimed(&claims) == BTreeSet::from([format!("default/{m}")])
         })
         .await;
+        // node-2 leaves our membership while its Pod still looks like MetalLB's:
+        // yield again.
+        live_tx.send_replace(me_only.clone());
+        until("let go a third time", || claimed(&claims).is_empty()).await;
+        // MetalLB's Pod gone (deleted, or not Ready): both are this node's.
+        metallb_tx.send_replace(BTreeSet::new());
+        until("both claimed at the end", || claimed(&claims) == all_mine).await;
     })
     .await;
 }
