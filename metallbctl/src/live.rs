@@ -307,7 +307,7 @@ pub async fn membership_views(
 /// The Nodes whose speaker Pod (`labels` in `metallb_ns`) is Ready: the speakers
 /// taking part in layer-2 elections as far as the API server can tell (a speaker
 /// joins the membership once it can announce, and its readiness follows).
-/// The nodes of the Ready MetalLB speaker Pods in `metallb_ns`: those without
+/// The nodes of the running MetalLB speaker Pods in `metallb_ns`: those without
 /// the label `metallb-rs/component` (`speaker::discovery::metallb_speaker_node`).
 pub async fn metallb_speaker_nodes(
     metallb_ns: &str,

@@ -156,8 +156,10 @@ pub const OWN_POD_LABEL: &str = "metallb-rs/component";
 const SPEAKER_COMPONENT_LABELS: [&str; 2] = ["app.kubernetes.io/component", "component"];
 
 /// Whether `pod` is a MetalLB speaker (labelled a speaker as MetalLB's chart
-/// or manifests label it, without [`OWN_POD_LABEL`]) that counts: Ready, not
-/// being deleted, on a node. Its node's name, if so.
+/// or manifests label it, without [`OWN_POD_LABEL`]) that counts: on a node,
+/// not being deleted, and Ready or with a container running (MetalLB's
+/// speaker answers within seconds of its start, its chart's readiness probe
+/// says so 10-20 s later). Its node's name, if so.
 pub fn metallb_speaker_node(pod: &Pod) -> Option<&str> {
     let labels = pod.metadata.labels.as_ref()?;
     if labels.contains_key(OWN_POD_LABEL)
@@ -168,14 +170,18 @@ pub fn metallb_speaker_node(pod: &Pod) -> Option<&str> {
     {
         return None;
     }
-    let ready = pod
-        .status
-        .as_ref()?
+    let status = pod.status.as_ref()?;
+    let ready = status
         .conditions
-        .as_ref()?
         .iter()
+        .flatten()
         .any(|c| c.type_ == "Ready" && c.status == "True");
-    if !ready {
+    let running = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
+    if !ready && !running {
         return None;
     }
     pod.spec
@@ -218,7 +224,7 @@ pub fn watch_metallb_speakers(
 }
 
 /// What the MetalLB speaker watch keeps of a Pod: its labels, deletion
-/// timestamp, node and conditions.
+/// timestamp, node, conditions and containers' states.
 fn trim_pod(pod: &mut Pod) {
     cluster_view::lean::metadata(pod);
     pod.metadata.annotations = None;
@@ -231,6 +237,15 @@ fn trim_pod(pod: &mut Pod) {
     if let Some(status) = pod.status.as_mut() {
         *status = k8s_openapi::api::core::v1::PodStatus {
             conditions: status.conditions.take(),
+            container_statuses: status.container_statuses.take().map(|v| {
+                v.into_iter()
+                    .map(|c| k8s_openapi::api::core::v1::ContainerStatus {
+                        name: c.name,
+                        state: c.state,
+                        ..Default::default()
+                    })
+                    .collect()
+            }),
             ..Default::default()
         };
     }
@@ -288,7 +303,10 @@ mod tests {
         let mut p = json!({
             "metadata": {"name": "speaker-x", "labels": labels},
             "spec": {"nodeName": "node-2", "containers": [{"name": "speaker"}]},
-            "status": {"conditions": [{"type": "Ready", "status": ready}]},
+            "status": {"conditions": [{"type": "Ready", "status": ready}],
+                "containerStatuses": [{"name": "speaker", "image": "quay.io/metallb/speaker:v0.15.2",
+                    "imageID": "", "ready": ready == "True", "restartCount": 0,
+                    "state": {"waiting": {"reason": "ContainerCreating"}}}]},
         });
         if deleting {
             p["metadata"]["deletionTimestamp"] = json!("2026-11-29T12:00:00Z");
@@ -328,11 +346,29 @@ mod tests {
         let mut p = speaker_pod(chart.clone(), "True", false);
         p.spec.as_mut().unwrap().node_name = None;
         assert_eq!(metallb_speaker_node(&p), None);
-        // trimmed as the watch keeps it: the same answer
+        // started but not Ready yet (MetalLB's speaker answers before its probe
+        // passes): it counts
+        let mut p = speaker_pod(chart.clone(), "False", false);
+        p.status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[0]
+            .state = Some(
+            serde_json::from_value(json!({"running": {"startedAt": "2026-11-29T12:00:00Z"}}))
+                .unwrap(),
+        );
+        assert_eq!(metallb_speaker_node(&p), Some("node-2"));
+        // trimmed as the watch keeps it: the same answers
+        let mut q = p.clone();
+        trim_pod(&mut q);
+        assert_eq!(metallb_speaker_node(&q), Some("node-2"));
+        assert!(q.spec.unwrap().containers.is_empty());
         let mut p = speaker_pod(chart, "True", false);
         trim_pod(&mut p);
         assert_eq!(metallb_speaker_node(&p), Some("node-2"));
-        assert!(p.spec.unwrap().containers.is_empty());
+        assert_eq!(p.status.unwrap().container_statuses.unwrap()[0].image, "");
     }
 
     #[test]

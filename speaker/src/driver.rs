@@ -192,7 +192,7 @@ pub struct Parts<V, F: SessionFactory, B: BfdOps, L: L2Ops, J, S> {
     /// The probes.
     pub probes: Probes,
     /// The nodes where a MetalLB speaker Pod (another implementation) is
-    /// Ready (`None`: not watched). With membership on, this node leaves
+    /// running (Ready or started) (`None`: not watched). With membership on, this node leaves
     /// the layer-2 Services they are candidates of to them
     /// ([`NodeFacts::metallb_speaker`]).
     pub metallb_speakers: Option<watch::Receiver<BTreeSet<String>>>,

@@ -40,7 +40,7 @@ pub struct LiveSpeakers {
     pub reported: BTreeMap<String, (BTreeSet<String>, String)>,
     /// For the other nodes: a set, or `None` (every Node).
     pub otherwise: Option<BTreeSet<String>>,
-    /// The nodes where a MetalLB speaker is Ready (a migration): with
+    /// The nodes where a MetalLB speaker runs (Ready or started; a migration): with
     /// membership on, the layer-2 Services they are candidates of are left
     /// to MetalLB ([`NodeFacts::metallb_speaker`]).
     pub metallb: BTreeSet<String>,
@@ -586,7 +586,7 @@ fn hint(
              spec.selector matches none)"
         ),
         Reason::MetalLbSpeakerCandidate => format!(
-            "a MetalLB speaker Pod (without the label metallb-rs/component) is Ready on a \
+            "a MetalLB speaker Pod (without the label metallb-rs/component) runs on a \
              candidate node of Service {key}: MetalLB's speakers answer for it until none is \
              (a migration in progress; speaker flag --yield-to-metallb)"
         ),

@@ -90,7 +90,7 @@ struct Args {
     /// default, as MetalLB (which has no such fence).
     #[arg(long, env = "METALLB_ML_SELF_FENCE", num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     ml_self_fence: bool,
-    /// With membership on, leave the layer-2 Services a Ready MetalLB speaker
+    /// With membership on, leave the layer-2 Services a running MetalLB speaker
     /// Pod of this namespace (labelled a speaker, without `metallb-rs/component`)
     /// is a candidate of to MetalLB's speakers, which elect among themselves: no
     /// address answered by both implementations during a migration.

@@ -29,7 +29,7 @@ pub struct NodeFacts {
     /// Labelled `node.kubernetes.io/exclude-from-external-load-balancers`.
     pub excluded_from_lb: bool,
     /// A MetalLB speaker (another implementation, e.g. during a migration)
-    /// runs on the node and is Ready. MetalLB's speakers elect layer-2
+    /// runs on the node (Ready or started). MetalLB's speakers elect layer-2
     /// owners among themselves and do not see this implementation's: while
     /// one of them is a candidate of a Service, this implementation's
     /// speakers leave the Service to them (membership on), so that no
