@@ -71,8 +71,8 @@ struct ServiceArgs {
     /// The nodes where a MetalLB speaker runs (a migration in progress; node names,
     /// comma-separated): with membership on, the speakers leave the layer-2 Services
     /// they are candidates of to MetalLB. Default: from the cluster, the running speaker
-    /// Pods in `--namespace` without the label metallb-rs/component whose node reports
-    /// no membership view of ours; from files, none.
+    /// Pods in `--namespace` of MetalLB's image without the label metallb-rs/component
+    /// whose node reports no membership view of ours; from files, none.
     #[arg(long, value_delimiter = ',', value_name = "NODES")]
     metallb_speakers: Option<Vec<String>>,
 

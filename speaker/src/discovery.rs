@@ -155,8 +155,23 @@ pub const OWN_POD_LABEL: &str = "metallb-rs/component";
 /// in its chart, `component` in its manifests (`metallb-native.yaml`).
 const SPEAKER_COMPONENT_LABELS: [&str; 2] = ["app.kubernetes.io/component", "component"];
 
+/// Whether `image` is MetalLB's speaker image: its repository ends with
+/// `metallb/speaker` (`quay.io/metallb/speaker:v0.15.2`, a mirror's
+/// `registry.example/metallb/speaker@sha256:...`). The chart refuses that
+/// name for this implementation's images.
+pub fn is_metallb_speaker_image(image: &str) -> bool {
+    let repo = image.split('@').next().unwrap_or_default();
+    let repo = match repo.rfind(':') {
+        Some(i) if !repo[i..].contains('/') => &repo[..i],
+        _ => repo,
+    };
+    repo == "metallb/speaker" || repo.ends_with("/metallb/speaker")
+}
+
 /// Whether `pod` is a MetalLB speaker (labelled a speaker as MetalLB's chart
-/// or manifests label it, without [`OWN_POD_LABEL`]) that counts: on a node,
+/// or manifests label it, without [`OWN_POD_LABEL`], with a container of
+/// MetalLB's speaker image: a speaker of ours deployed without the label is
+/// not taken for MetalLB's) that counts: on a node,
 /// not being deleted, and Ready or with a container running (MetalLB's
 /// speaker answers within seconds of its start, its chart's readiness probe
 /// says so 10-20 s later). Its node's name, if so.
@@ -167,6 +182,14 @@ pub fn metallb_speaker_node(pod: &Pod) -> Option<&str> {
             .iter()
             .any(|k| labels.get(*k).is_some_and(|v| v == "speaker"))
         || pod.metadata.deletion_timestamp.is_some()
+    {
+        return None;
+    }
+    let spec = pod.spec.as_ref()?;
+    if !spec
+        .containers
+        .iter()
+        .any(|c| c.image.as_deref().is_some_and(is_metallb_speaker_image))
     {
         return None;
     }
@@ -184,11 +207,7 @@ pub fn metallb_speaker_node(pod: &Pod) -> Option<&str> {
     if !ready && !running {
         return None;
     }
-    pod.spec
-        .as_ref()?
-        .node_name
-        .as_deref()
-        .filter(|n| !n.is_empty())
+    spec.node_name.as_deref().filter(|n| !n.is_empty())
 }
 
 /// The nodes of the MetalLB speakers among `pods` ([`metallb_speaker_node`]).
@@ -224,13 +243,21 @@ pub fn watch_metallb_speakers(
 }
 
 /// What the MetalLB speaker watch keeps of a Pod: its labels, deletion
-/// timestamp, node, conditions and containers' states.
+/// timestamp, node, containers' images, conditions and containers' states.
 fn trim_pod(pod: &mut Pod) {
     cluster_view::lean::metadata(pod);
     pod.metadata.annotations = None;
     if let Some(spec) = pod.spec.as_mut() {
         *spec = k8s_openapi::api::core::v1::PodSpec {
             node_name: spec.node_name.take(),
+            containers: std::mem::take(&mut spec.containers)
+                .into_iter()
+                .map(|c| k8s_openapi::api::core::v1::Container {
+                    name: c.name,
+                    image: c.image,
+                    ..Default::default()
+                })
+                .collect(),
             ..Default::default()
         };
     }
@@ -302,7 +329,10 @@ mod tests {
     fn speaker_pod(labels: serde_json::Value, ready: &str, deleting: bool) -> Pod {
         let mut p = json!({
             "metadata": {"name": "speaker-x", "labels": labels},
-            "spec": {"nodeName": "node-2", "containers": [{"name": "speaker"}]},
+            "spec": {"nodeName": "node-2", "containers": [
+                {"name": "speaker", "image": "quay.io/metallb/speaker:v0.15.2",
+                 "args": ["--port=7472"]},
+                {"name": "frr", "image": "quay.io/frrouting/frr:9.1.0"}]},
             "status": {"conditions": [{"type": "Ready", "status": ready}],
                 "containerStatuses": [{"name": "speaker", "image": "quay.io/metallb/speaker:v0.15.2",
                     "imageID": "", "ready": ready == "True", "restartCount": 0,
@@ -339,6 +369,19 @@ mod tests {
             metallb_speaker_node(&speaker_pod(chart.clone(), "True", true)),
             None
         );
+        // labelled as MetalLB's, but our image (a speaker of ours deployed without
+        // the label) or another one
+        for image in [
+            "metallb-rs/speaker:0.1.0",
+            "bench.invalid/speaker",
+            "metallb/speaker-x:1",
+        ] {
+            let mut p = speaker_pod(chart.clone(), "True", false);
+            let spec = p.spec.as_mut().unwrap();
+            spec.containers.truncate(1);
+            spec.containers[0].image = Some(image.to_owned());
+            assert_eq!(metallb_speaker_node(&p), None, "{image}");
+        }
         // MetalLB's controller
         let ctl = json!({"app.kubernetes.io/name": "metallb", "app.kubernetes.io/component": "controller"});
         assert_eq!(metallb_speaker_node(&speaker_pod(ctl, "True", false)), None);
@@ -364,11 +407,33 @@ mod tests {
         let mut q = p.clone();
         trim_pod(&mut q);
         assert_eq!(metallb_speaker_node(&q), Some("node-2"));
-        assert!(q.spec.unwrap().containers.is_empty());
+        assert!(q.spec.unwrap().containers[0].args.is_none());
         let mut p = speaker_pod(chart, "True", false);
         trim_pod(&mut p);
         assert_eq!(metallb_speaker_node(&p), Some("node-2"));
         assert_eq!(p.status.unwrap().container_statuses.unwrap()[0].image, "");
+    }
+
+    #[test]
+    fn metallb_speaker_images_by_repository() {
+        for yes in [
+            "quay.io/metallb/speaker:v0.15.2",
+            "quay.io/metallb/speaker",
+            "metallb/speaker:main",
+            "registry.example:5000/mirror/metallb/speaker@sha256:0123",
+            "registry.example:5000/metallb/speaker:v0.14.9@sha256:0123",
+        ] {
+            assert!(is_metallb_speaker_image(yes), "{yes}");
+        }
+        for no in [
+            "metallb-rs/speaker:0.1.0",
+            "quay.io/metallb/controller:v0.15.2",
+            "registry.example:5000/speaker",
+            "example/notmetallb/speaker",
+            "",
+        ] {
+            assert!(!is_metallb_speaker_image(no), "{no}");
+        }
     }
 
     #[test]

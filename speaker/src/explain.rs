@@ -586,7 +586,8 @@ fn hint(
              spec.selector matches none)"
         ),
         Reason::MetalLbSpeakerCandidate => format!(
-            "a MetalLB speaker Pod (without the label metallb-rs/component) runs on a \
+            "a MetalLB speaker Pod (image .../metallb/speaker, without the label \
+             metallb-rs/component) runs on a \
              candidate node of Service {key}: MetalLB's speakers answer for it until none is \
              (a migration in progress; speaker flag --yield-to-metallb)"
         ),

@@ -91,8 +91,8 @@ struct Args {
     #[arg(long, env = "METALLB_ML_SELF_FENCE", num_args = 0..=1, default_missing_value = "true", default_value = "false")]
     ml_self_fence: bool,
     /// With membership on, leave the layer-2 Services a running MetalLB speaker
-    /// Pod of this namespace (labelled a speaker, without `metallb-rs/component`)
-    /// is a candidate of to MetalLB's speakers, which elect among themselves: no
+    /// Pod of this namespace (labelled a speaker, without `metallb-rs/component`, its
+    /// image `.../metallb/speaker`) is a candidate of to MetalLB's speakers, which elect among themselves: no
     /// address answered by both implementations during a migration.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true")]
     yield_to_metallb: bool,
