@@ -221,28 +221,40 @@ fn node_facts(nodes: &Store<Node>, metallb: &BTreeSet<String>) -> BTreeMap<Strin
         .collect()
 }
 
-/// The nodes of `pods` (MetalLB's speaker Pods) this node yields to: those
-/// not `live` in our membership, where a speaker of ours runs (`None`:
-/// membership off, every one).
-fn yields_to(pods: &BTreeSet<String>, live: Option<&BTreeSet<String>>) -> BTreeSet<String> {
-    match live {
-        Some(l) => pods.difference(l).cloned().collect(),
-        None => pods.clone(),
-    }
+/// MetalLB's speakers (a migration in progress) and those this node yields to.
+struct MetalLbYield {
+    /// The nodes of MetalLB's speaker Pods.
+    pods: BTreeSet<String>,
+    /// Those this node yields to: not the live members of our membership (a
+    /// node that is one runs ours, whatever its Pod looks like).
+    to: BTreeSet<String>,
 }
 
-/// Says whom this node yields to now (`to`, of MetalLB's speaker Pods `pods`).
-fn log_yield(pods: &BTreeSet<String>, to: &BTreeSet<String>) {
-    tracing::info!(
-        nodes = ?to,
-        "MetalLB speakers Ready: this node leaves the layer-2 Services they are candidates of to them"
-    );
-    let ours: Vec<&String> = pods.difference(to).collect();
-    if !ours.is_empty() {
-        tracing::warn!(
-            nodes = ?ours,
-            "speaker Pods without the label metallb-rs/component on nodes whose speaker is a member of ours: taken for ours, not MetalLB's (give our Pods the label)"
+impl MetalLbYield {
+    /// Recomputes [`MetalLbYield::to`] with the live speakers `live`
+    /// (`None`: membership off, every one); whether it changed (then said in
+    /// the log).
+    fn update(&mut self, live: Option<&BTreeSet<String>>) -> bool {
+        let to: BTreeSet<String> = match live {
+            Some(l) => self.pods.difference(l).cloned().collect(),
+            None => self.pods.clone(),
+        };
+        if to == self.to {
+            return false;
+        }
+        tracing::info!(
+            nodes = ?to,
+            "MetalLB's speakers: this node leaves the layer-2 Services they are candidates of to them"
         );
+        let ours: Vec<&String> = self.pods.difference(&to).collect();
+        if !ours.is_empty() {
+            tracing::warn!(
+                nodes = ?ours,
+                "speaker Pods that look like MetalLB's on nodes whose speaker is a member of ours: taken for ours (give our Pods the label metallb-rs/component)"
+            );
+        }
+        self.to = to;
+        true
     }
 }
 
@@ -408,11 +420,14 @@ where
         // the live members of our membership (a node that is one runs ours, whatever
         // its Pod's labels: speakers of ours deployed without the label never yield
         // to each other).
-        let mut metallb_pods = metallb_speakers
-            .as_mut()
-            .map(|r| r.borrow_and_update().clone())
-            .unwrap_or_default();
-        let mut metallb = yields_to(&metallb_pods, speaker.live());
+        let mut metallb = MetalLbYield {
+            pods: metallb_speakers
+                .as_mut()
+                .map(|r| r.borrow_and_update().clone())
+                .unwrap_or_default(),
+            to: BTreeSet::new(),
+        };
+        metallb.update(speaker.live());
         let mut refresh_nodes = false;
         loop {
             heartbeat.beat();
@@ -476,7 +491,7 @@ where
                             let m = j.join().await?;
                             *liveness = Liveness::membership(m.live(), m.fenced());
                             speaker.set_live(liveness.current());
-                            metallb = yields_to(&metallb_pods, speaker.live());
+                            metallb.update(speaker.live());
                             *ml = Some(m);
                             all = true;
                         }
@@ -537,7 +552,7 @@ where
             keys.dedup();
             let refresh = std::mem::take(&mut refresh_nodes);
             if all || refresh {
-                all |= speaker.set_nodes(node_facts(&nodes, &metallb));
+                all |= speaker.set_nodes(node_facts(&nodes, &metallb.to));
             }
             if speaker.config().is_some() {
                 let started = std::time::Instant::now();
@@ -673,14 +688,9 @@ where
                         tracing::debug!(?live, "live speakers");
                         // (the Services it changes are decided at the next turn)
                         let changed = speaker.set_live(live);
-                        if !metallb_pods.is_empty() {
-                            let now = yields_to(&metallb_pods, speaker.live());
-                            if now != metallb {
-                                log_yield(&metallb_pods, &now);
-                                metallb = now;
-                                refresh_nodes = true;
-                                break;
-                            }
+                        if !metallb.pods.is_empty() && metallb.update(speaker.live()) {
+                            refresh_nodes = true;
+                            break;
                         }
                         // (a change while fenced changes no decision, but the view)
                         if changed || liveness.report() != state.membership {
@@ -712,11 +722,8 @@ where
                             *metallb_speakers = None;
                             continue;
                         };
-                        metallb_pods = rx.borrow_and_update().clone();
-                        let now = yields_to(&metallb_pods, speaker.live());
-                        if now != metallb {
-                            log_yield(&metallb_pods, &now);
-                            metallb = now;
+                        metallb.pods = rx.borrow_and_update().clone();
+                        if metallb.update(speaker.live()) {
                             refresh_nodes = true;
                             break;
                         }

@@ -103,6 +103,24 @@ fn arp_claims(text: &str, ip: &str) -> Vec<String> {
         .collect()
 }
 
+/// The lines of tcpdump's `-tt` output (epoch seconds first) stamped at `since`
+/// or later: what a capture started just before a fault saw after it (the owner's
+/// gratuitous burst, 5 s after its last change, may still send a packet in between).
+fn since(text: &str, since: std::time::SystemTime) -> String {
+    let t0 = since
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    text.lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .next()
+                .and_then(|t| t.parse::<f64>().ok())
+                .is_some_and(|t| t >= t0)
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
 /// Node `n`'s counter `name` (0 when absent).
 async fn counter(sl: &SpeakerLab, n: usize, name: &str) -> Result<f64> {
     let body = sl.speaker(n).metrics().await?;
@@ -260,6 +278,8 @@ async fn scenario(sl: &mut SpeakerLab) -> Result<()> {
             }
             _ => Some(sl.net.net.cut_cable(&owner)?),
         };
+        // The fault is in force (signal sent, drop rule in place).
+        let fault_at = std::time::SystemTime::now();
         let took = neighbour_moves(sl, &ip_s, &mac_of[NEXT], at)
             .await
             .with_context(|| format!("failover after {fault} of {owner}"))?;
@@ -270,7 +290,8 @@ async fn scenario(sl: &mut SpeakerLab) -> Result<()> {
         // Since the fault, every ARP packet claiming the address (answers and
         // gratuitous announcements) came from one MAC: the new owner's.
         let path = capture.stop()?;
-        let claims = arp_claims(&testkit::capture::read_pcap(&path, &[])?, &ip_s);
+        let packets = testkit::capture::read_pcap(&path, &["-tt"])?;
+        let claims = arp_claims(&since(&packets, fault_at), &ip_s);
         ensure!(
             claims.iter().all(|m| *m == mac_of[NEXT]) && !claims.is_empty(),
             "ARP packets claiming {ip_s} on the segment after {fault}: from {claims:?}, want only {NEXT}'s {}",
