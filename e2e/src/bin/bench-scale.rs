@@ -40,7 +40,8 @@ const USAGE: &str = "\
 usage: bench-scale [--impl ours|metallb|both|none] [--keep] [--reuse] [--nodes N] [--services N] [--slices N]
                    [--bgp-status N] [--concurrency N] [--rest S] [--alloc-timeout S]
                    [--pass-timeout S] [--ours-bin DIR]
-                   [--metallb-bin DIR] [--out FILE]
+                   [--metallb-bin DIR] [--out FILE] [--speaker-arg A] [--speaker-env K=V]
+                   [--skip-controller] [--node-bgp-status N] [--node-bgp-exceptions K]
 
 Issue 25's scale harness against the lab (lab/cluster up, root, the test kit's tools):
   --impl         which to run (default both: ours, then MetalLB v0.15.2; none: only
@@ -60,7 +61,16 @@ Issue 25's scale harness against the lab (lab/cluster up, root, the test kit's t
   --metallb-bin  directory of MetalLB's (default: lab/build-metallb bindir)
   --out FILE     also write the figures as JSON
   --speaker-arg A  one more argument for our speaker (repeatable), e.g.
-                 --speaker-arg=--service-bgp-status=summary";
+                 --speaker-arg=--service-bgp-status=summary
+  --speaker-env K=V  one more environment variable for the speaker (repeatable), e.g.
+                 --speaker-env MALLOC_ARENA_MAX=2
+  --skip-controller  with --reuse: no controller; the speaker runs with the addresses a
+                 previous run allocated (nothing released)
+  --node-bgp-status N  NodeBGPStatus objects (one per generated Node, as the speaker's
+                 summary mode writes them) and 4 BGPSessionStatus per such Node, created
+                 for etcd's growth per object (default 0: none; at most --nodes)
+  --node-bgp-exceptions K  Services each NodeBGPStatus lists (externalTrafficPolicy
+                 Local, announced to the 4 peers; default 100, the speaker's cap)";
 
 /// The pool of the benchmark (198.18.0.0/15 is the benchmarking prefix): 65,536 addresses.
 const POOL: &str = "198.18.0.0/16";
@@ -88,6 +98,14 @@ struct Opts {
     out: Option<PathBuf>,
     /// More arguments for our speaker (e.g. `--service-bgp-status=summary`).
     speaker_args: Vec<String>,
+    /// More environment variables for the speaker (e.g. `MALLOC_ARENA_MAX=2`).
+    speaker_env: Vec<(String, String)>,
+    /// No controller: the speaker runs with the addresses a previous run left.
+    skip_controller: bool,
+    /// NodeBGPStatus objects (and 4 BGPSessionStatus each) for etcd's growth.
+    node_bgp_status: usize,
+    /// Services each of those NodeBGPStatus lists.
+    node_bgp_exceptions: usize,
 }
 
 fn parse_opts(repo: &Path) -> Result<Opts> {
@@ -108,6 +126,10 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
         metallb_bin: PathBuf::new(),
         out: None,
         speaker_args: Vec::new(),
+        speaker_env: Vec::new(),
+        skip_controller: false,
+        node_bgp_status: 0,
+        node_bgp_exceptions: 100,
     };
     let (mut ours_bin, mut metallb_bin) = (None, None);
     while let Some(a) = args.next() {
@@ -130,6 +152,16 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
             "--metallb-bin" => metallb_bin = Some(PathBuf::from(val()?)),
             "--out" => o.out = Some(PathBuf::from(val()?)),
             "--speaker-arg" => o.speaker_args.push(val()?),
+            "--speaker-env" => {
+                let kv = val()?;
+                let (k, v) = kv
+                    .split_once('=')
+                    .with_context(|| format!("--speaker-env {kv}: not K=V"))?;
+                o.speaker_env.push((k.to_owned(), v.to_owned()));
+            }
+            "--skip-controller" => o.skip_controller = true,
+            "--node-bgp-status" => o.node_bgp_status = val()?.parse()?,
+            "--node-bgp-exceptions" => o.node_bgp_exceptions = val()?.parse()?,
             // (the value starts with `--`: `--speaker-arg=--flag=value` reads better)
             a if a.starts_with("--speaker-arg=") => {
                 o.speaker_args.push(a["--speaker-arg=".len()..].to_owned());
@@ -149,6 +181,18 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
     ensure!((1..=30_000).contains(&o.nodes), "--nodes 1..=30000");
     ensure!((1..=10).contains(&o.slices), "--slices 1..=10");
     ensure!(o.bgp_status <= 200_000, "--bgp-status at most 200000");
+    ensure!(
+        o.node_bgp_status <= o.nodes,
+        "--node-bgp-status at most --nodes (one per generated Node)"
+    );
+    ensure!(
+        o.node_bgp_exceptions <= 2000,
+        "--node-bgp-exceptions at most 2000"
+    );
+    ensure!(
+        !o.skip_controller || o.reuse,
+        "--skip-controller needs --reuse (addresses a previous run allocated)"
+    );
     ensure!((1..=128).contains(&o.concurrency), "--concurrency 1..=128");
     ensure!(o.rest <= 600, "--rest at most 600 s");
     ensure!(o.alloc_timeout <= 1800, "--alloc-timeout at most 1800 s");
@@ -624,6 +668,121 @@ async fn bgp_status_growth(lab: &Lab, opts: &Opts, ns: &str) -> Result<Value> {
     }))
 }
 
+/// The speaker's summary-mode status objects of `opts.node_bgp_status` generated Nodes, as
+/// its status writer writes them (create with the node label and the Node as owner, then a
+/// server-side apply of the status), in a namespace of their own: one NodeBGPStatus listing
+/// `opts.node_bgp_exceptions` Services, and one BGPSessionStatus per peer (4, down). Returns
+/// etcd's growth per object of each kind.
+async fn node_bgp_status_growth(lab: &Lab, opts: &Opts, ns: &str) -> Result<Value> {
+    let n = opts.node_bgp_status;
+    let uids: Arc<std::collections::BTreeMap<String, String>> = Arc::new(
+        Api::<Node>::all(lab.client.clone())
+            .list_metadata(
+                &ListParams::default().labels("bench-scale.metallb-rs.io/generated=true"),
+            )
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|m| Some((m.metadata.name?, m.metadata.uid?)))
+            .collect(),
+    );
+    let peers: Vec<String> = (0..PEERS.len()).map(|k| format!("tor-{k}")).collect();
+    let k = opts.node_bgp_exceptions;
+    let exceptions: Vec<Value> = (0..k)
+        .map(|j| {
+            json!({"serviceNamespace": "bench-scale-svc", "serviceName": Objects::service_name(j),
+                   "announced": true, "peers": peers})
+        })
+        .collect();
+    let owner = move |node: &str| -> Value {
+        match uids.get(node) {
+            Some(uid) => json!([{"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}]),
+            None => json!([]),
+        }
+    };
+    let mut fig = serde_json::Map::new();
+    fig.insert("objects".into(), json!(n));
+    fig.insert("exceptions_each".into(), json!(k));
+    // (kind, objects per node)
+    for (kind, per) in [("NodeBGPStatus", 1), ("BGPSessionStatus", PEERS.len())] {
+        let before = etcd_db_size().await?;
+        let t = Instant::now();
+        let api = lab.metallb(&lab.client, ns, kind);
+        let (ns_s, owner, peers, exceptions) = (
+            ns.to_string(),
+            owner.clone(),
+            peers.clone(),
+            exceptions.clone(),
+        );
+        let name_of = move |i: usize| -> (String, String, usize) {
+            let node = node_name(i / per);
+            match kind {
+                "NodeBGPStatus" => (node.clone(), node, 0),
+                _ => (format!("{node}-tor-{}", i % per), node, i % per),
+            }
+        };
+        bounded(n * per, opts.concurrency, move |i| {
+            let (api, ns) = (api.clone(), ns_s.clone());
+            let (name, node, peer) = name_of(i);
+            let mut labels = json!({"metallb.io/node": node});
+            let status = if kind == "NodeBGPStatus" {
+                json!({"node": node, "peers": peers,
+                       "localPrefixes": if k > 0 {
+                           json!([{"pool": "bench", "advertisement": "all", "prefixes": k}])
+                       } else {
+                           json!([])
+                       },
+                       "localServices": k, "exceptions": exceptions})
+            } else {
+                labels["metallb.io/peer"] = json!(peers[peer]);
+                json!({"node": node, "peer": peers[peer], "bgpStatus": "Active", "bfdStatus": "N/A",
+                       "lastTransitionTime": "2026-11-29T19:00:00Z",
+                       "lastError": format!("connect to {}:179: Connection refused (os error 111)", PEERS[peer])})
+            };
+            let obj = json!({"apiVersion": "metallb.io/v1beta1", "kind": kind,
+                             "metadata": {"name": name, "namespace": ns, "labels": labels,
+                                          "ownerReferences": owner(&node)}});
+            async move {
+                let obj: DynamicObject = serde_json::from_value(obj)?;
+                match api.create(&PostParams::default(), &obj).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
+                let status =
+                    json!({"apiVersion": "metallb.io/v1beta1", "kind": kind, "status": status});
+                api.patch_status(
+                    &name,
+                    &PatchParams::apply("metallb-rs-speaker").force(),
+                    &Patch::Apply(&status),
+                )
+                .await?;
+                Ok(())
+            }
+        })
+        .await
+        .with_context(|| format!("creating {kind} objects"))?;
+        let secs = t.elapsed().as_secs_f64();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let after = etcd_db_size().await?;
+        let sample = lab
+            .metallb(&lab.client, ns, kind)
+            .get(&name_of(0).0)
+            .await?;
+        let objects = (n * per).max(1) as f64;
+        fig.insert(
+            kind.into(),
+            json!({"objects": n * per, "create_and_status_s": secs,
+                   "object_json_bytes": serde_json::to_vec(&sample)?.len(),
+                   "db_total_before": before.0, "db_total_after": after.0,
+                   "db_in_use_before": before.1, "db_in_use_after": after.1,
+                   "db_total_growth_bytes_per_object": after.0.saturating_sub(before.0) as f64 / objects,
+                   "db_in_use_growth_bytes_per_object": after.1.saturating_sub(before.1) as f64 / objects}),
+        );
+    }
+    Ok(Value::Object(fig))
+}
+
 async fn bench_all(lab: &Lab, opts: &Opts) -> Result<Value> {
     let mut figs = serde_json::Map::new();
     figs.insert(
@@ -686,8 +845,10 @@ async fn bench_all(lab: &Lab, opts: &Opts) -> Result<Value> {
             "--reuse: {svcs} Services in {svc_ns}, not --services {}",
             opts.services
         );
-        // Addresses a previous run left.
-        objects.release_all().await?;
+        // Addresses a previous run left (kept for the speaker with --skip-controller).
+        if !opts.skip_controller {
+            objects.release_all().await?;
+        }
     }
     let e0 = etcd_db_size().await?;
     let gen_fig = if opts.reuse {
@@ -709,9 +870,14 @@ async fn bench_all(lab: &Lab, opts: &Opts) -> Result<Value> {
         eprintln!("bench-scale: etcd {g}");
         figs.insert("etcd_bgp_status".into(), g);
     }
+    if opts.node_bgp_status > 0 {
+        let g = node_bgp_status_growth(lab, opts, &etcd_ns).await?;
+        eprintln!("bench-scale: etcd summary mode {g}");
+        figs.insert("etcd_node_bgp_status".into(), g);
+    }
 
     for (i, kind) in opts.kinds.iter().enumerate() {
-        if i > 0 {
+        if i > 0 && !opts.skip_controller {
             objects.release_all().await?;
         }
         let bin = match kind {
@@ -738,14 +904,17 @@ async fn bench_all(lab: &Lab, opts: &Opts) -> Result<Value> {
 
 /// Samples a process every 200 ms until its CPU has been quiet (< 2 % of a core) for
 /// `quiet` or `max` passes; returns (seconds to the start of the quiet, peak RSS kB, CPU
-/// seconds then, and when `ready` answered first, with the CPU seconds then).
+/// seconds then, and when `ready` answered first, with the CPU seconds then), and `trace`
+/// filled with a sample a second: [seconds, RSS kB, CPU seconds].
 async fn first_pass(
     pid: u32,
     quiet: Duration,
     max: Duration,
     mut ready: impl FnMut() -> bool,
+    trace: &mut Vec<Value>,
 ) -> Result<(f64, u64, f64, Option<(f64, f64)>)> {
     let t0 = Instant::now();
+    let mut next_sample = 0.0;
     let mut last_busy = Instant::now();
     let mut last_cpu = 0.0;
     let mut peak = 0;
@@ -755,6 +924,11 @@ async fn first_pass(
         tokio::time::sleep(Duration::from_millis(200)).await;
         let (rss, hwm, cpu) = proc_stats(pid).context("the process exited")?;
         peak = peak.max(hwm).max(rss);
+        let t = t0.elapsed().as_secs_f64();
+        if t >= next_sample {
+            trace.push(json!([(t * 10.0).round() / 10.0, rss, cpu]));
+            next_sample = t.floor() + 1.0;
+        }
         if cpu - last_cpu > 0.004 {
             last_busy = Instant::now();
             cpu_at_quiet = cpu;
@@ -894,80 +1068,85 @@ async fn bench_impl_in(
     }
     create("BGPAdvertisement", "all", json!({})).await?;
 
-    // 1. The controller.
-    let mark = audit.mark().await?;
-    let mut cmd = net.net.client().command(bin.join("controller"));
-    match kind {
-        Kind::Ours => {
-            cmd.args([
-                "--log-format",
-                "text",
-                "--health-probe-port",
-                "7473",
-                "--health-probe-bind-address",
-                "127.0.0.1",
-                "--port",
-                "0",
-            ]);
+    // 1. The controller (none with --skip-controller: the addresses are there).
+    let cpid = if opts.skip_controller {
+        None
+    } else {
+        let mark = audit.mark().await?;
+        let mut cmd = net.net.client().command(bin.join("controller"));
+        match kind {
+            Kind::Ours => {
+                cmd.args([
+                    "--log-format",
+                    "text",
+                    "--health-probe-port",
+                    "7473",
+                    "--health-probe-bind-address",
+                    "127.0.0.1",
+                    "--port",
+                    "0",
+                ]);
+            }
+            Kind::Metallb => {
+                cmd.args([
+                    "--namespace",
+                    cfg_ns,
+                    "--webhook-mode",
+                    "disabled",
+                    "--disable-cert-rotation",
+                    "--port",
+                    "7472",
+                    "--log-level",
+                    "info",
+                ]);
+            }
         }
-        Kind::Metallb => {
-            cmd.args([
-                "--namespace",
-                cfg_ns,
-                "--webhook-mode",
-                "disabled",
-                "--disable-cert-rotation",
-                "--port",
-                "7472",
-                "--log-level",
-                "info",
-            ]);
+        cmd.env("KUBECONFIG", &ckc)
+            .env("METALLB_NAMESPACE", cfg_ns)
+            .env("METALLB_POD_NAME", "controller");
+        let clo0 = lo_bytes(net.net.client())?;
+        let t0 = Instant::now();
+        procs.push(NsChild::spawn_logged(cmd, &dir.join("controller.log"))?);
+        let cpid = procs[0].pid();
+        let want = opts.services;
+        let mut peak = 0;
+        let mut allocated;
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let (rss, hwm, _) = proc_stats(cpid).context("the controller exited")?;
+            peak = peak.max(hwm).max(rss);
+            allocated = objects.allocated().await?;
+            if allocated >= want || t0.elapsed() > Duration::from_secs(opts.alloc_timeout) {
+                break;
+            }
         }
-    }
-    cmd.env("KUBECONFIG", &ckc)
-        .env("METALLB_NAMESPACE", cfg_ns)
-        .env("METALLB_POD_NAME", "controller");
-    let clo0 = lo_bytes(net.net.client())?;
-    let t0 = Instant::now();
-    procs.push(NsChild::spawn_logged(cmd, &dir.join("controller.log"))?);
-    let cpid = procs[0].pid();
-    let want = opts.services;
-    let mut peak = 0;
-    let mut allocated;
-    loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let (rss, hwm, _) = proc_stats(cpid).context("the controller exited")?;
-        peak = peak.max(hwm).max(rss);
-        allocated = objects.allocated().await?;
-        if allocated >= want || t0.elapsed() > Duration::from_secs(opts.alloc_timeout) {
-            break;
-        }
-    }
-    let alloc_s = t0.elapsed().as_secs_f64();
-    let (rss, hwm, cpu) = proc_stats(cpid)?;
-    let clo = lo_bytes(net.net.client())? - clo0;
-    let writes = audit
-        .count(Some(mark), &AuditFilter::user(cuser.clone()))
-        .await?;
-    fig.insert(
-        "controller".into(),
-        json!({"allocated": allocated, "of": want, "time_to_allocate_all_s": alloc_s,
+        let alloc_s = t0.elapsed().as_secs_f64();
+        let (rss, hwm, cpu) = proc_stats(cpid)?;
+        let clo = lo_bytes(net.net.client())? - clo0;
+        let writes = audit
+            .count(Some(mark), &AuditFilter::user(cuser.clone()))
+            .await?;
+        fig.insert(
+            "controller".into(),
+            json!({"allocated": allocated, "of": want, "time_to_allocate_all_s": alloc_s,
                "cpu_s": cpu, "rss_kb": rss, "peak_rss_kb": peak.max(hwm), "api_bytes_lo": clo,
                "writes": writes_json(&writes)}),
-    );
-    eprintln!(
-        "bench-scale: {} controller {}",
-        kind.name(),
-        fig["controller"]
-    );
-    if allocated < want {
-        eprintln!(
-            "bench-scale: {} controller: only {allocated} of {want} Services allocated after {} s; \
-             the speaker runs with those",
-            kind.name(),
-            opts.alloc_timeout
         );
-    }
+        eprintln!(
+            "bench-scale: {} controller {}",
+            kind.name(),
+            fig["controller"]
+        );
+        if allocated < want {
+            eprintln!(
+                "bench-scale: {} controller: only {allocated} of {want} Services allocated after {} s; \
+             the speaker runs with those",
+                kind.name(),
+                opts.alloc_timeout
+            );
+        }
+        Some(cpid)
+    };
 
     // 2. One speaker, node-1, BGP with 4 unreachable peers.
     let mark = audit.mark().await?;
@@ -1008,13 +1187,16 @@ async fn bench_impl_in(
             cmd.env("METALLB_BGP_TYPE", "native");
         }
     }
+    for (k, v) in &opts.speaker_env {
+        cmd.env(k, v);
+    }
     cmd.env("KUBECONFIG", &skc)
         .env("METALLB_NAMESPACE", cfg_ns)
         .env("METALLB_POD_NAME", &pod)
         .env("METALLB_NODE_NAME", &node);
     let slo0 = lo_bytes(ns)?;
     procs.push(NsChild::spawn_logged(cmd, &dir.join("speaker.log"))?);
-    let spid = procs[1].pid();
+    let spid = procs.last().context("the speaker")?.pid();
     let readyz = |ns: &testkit::Netns| {
         let out = ns
             .command("curl")
@@ -1022,11 +1204,16 @@ async fn bench_impl_in(
             .output();
         out.is_ok_and(|o| o.status.success())
     };
+    let start_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64();
+    let mut trace = Vec::new();
     let (pass_s, peak, cpu, ready_s) = first_pass(
         spid,
         Duration::from_secs(5),
         Duration::from_secs(opts.pass_timeout),
         || kind == Kind::Ours && readyz(ns),
+        &mut trace,
     )
     .await?;
     let (rss_pass, _, _) = proc_stats(spid)?;
@@ -1049,16 +1236,21 @@ async fn bench_impl_in(
                "cpu_at_ready_s": ready_s.map(|r| r.1), "first_pass_cpu_s": cpu,
                "service_bgp_status_objects": lab.metallb(&lab.client, cfg_ns, "ServiceBGPStatus")
                    .list_metadata(&ListParams::default()).await?.items.len(),
+               "node_bgp_status_objects": lab.metallb(&lab.client, cfg_ns, "NodeBGPStatus")
+                   .list_metadata(&ListParams::default()).await?.items.len(),
                "rss_after_pass_kb": rss_pass, "peak_rss_kb": peak.max(hwm),
                "settled_rss_kb": rss_settled, "api_bytes_lo_first_pass": slo_pass,
                "api_bytes_lo_total": slo_end,
                "writes_first_pass": writes_json(&pass_writes),
                "rest_s": opts.rest, "cpu_at_rest_s": cpu_end - cpu_rest0,
-               "writes_at_rest": writes_json(&rest_writes)}),
+               "writes_at_rest": writes_json(&rest_writes),
+               "trace": {"start_unix": start_unix, "samples": trace}}),
     );
-    let (crss, chwm, ccpu) = proc_stats(cpid)?;
-    fig["controller"]["cpu_end_s"] = json!(ccpu);
-    fig["controller"]["settled_rss_kb"] = json!(crss);
-    fig["controller"]["peak_rss_end_kb"] = json!(chwm);
+    if let (Some(cpid), Some(c)) = (cpid, fig.get_mut("controller")) {
+        let (crss, chwm, ccpu) = proc_stats(cpid)?;
+        c["cpu_end_s"] = json!(ccpu);
+        c["settled_rss_kb"] = json!(crss);
+        c["peak_rss_end_kb"] = json!(chwm);
+    }
     Ok(Value::Object(fig))
 }
