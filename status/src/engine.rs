@@ -328,6 +328,10 @@ struct LabelState<S> {
     unclaimed: Unclaimed,
     /// Identities in `unbound` whose last create failed.
     unbound_failed: usize,
+    /// Objects adopted (the watch's event of our own create) while that
+    /// create is in flight, by the identity the create is for: they wait for
+    /// its answer even if the identity is removed meanwhile.
+    awaiting: BTreeMap<Labels, ObjectKey>,
 }
 
 impl<S> LabelState<S> {
@@ -456,6 +460,7 @@ impl<K: StatusObject> Engine<K> {
             sweeps: BTreeMap::new(),
             unclaimed: Unclaimed::default(),
             unbound_failed: 0,
+            awaiting: BTreeMap::new(),
         });
         e
     }
@@ -564,6 +569,7 @@ impl<K: StatusObject> Engine<K> {
             l.synced = false;
             l.bound.clear();
             l.unbound.clear();
+            l.awaiting.clear();
             l.sweeps.clear();
             l.unclaimed = Unclaimed::default();
         }
@@ -589,6 +595,7 @@ impl<K: StatusObject> Engine<K> {
         }
         if let Some(l) = &mut self.labeled {
             l.list.in_flight = false;
+            l.awaiting.clear();
             for u in l.unbound.values_mut() {
                 u.in_flight = false;
             }
@@ -685,6 +692,9 @@ impl<K: StatusObject> Engine<K> {
             // in flight: nothing is written to it before that create's
             // answer (which writes the status, or names an extra object).
             entry.in_flight = u.in_flight;
+            if u.in_flight {
+                l.awaiting.insert(id.clone(), key.clone());
+            }
             l.bound.insert(id, key.clone());
         } else if ids
             .iter()
@@ -1232,8 +1242,12 @@ impl<K: StatusObject> Engine<K> {
             return;
         };
         // An object adopted for `identity` while this create was in flight
-        // waited for it (see `classify`).
-        let waited = l.bound.get(identity).cloned();
+        // waited for it (see `classify`), whether the identity is still wanted
+        // or not.
+        let waited = l
+            .awaiting
+            .remove(identity)
+            .or_else(|| l.bound.get(identity).cloned());
         if let Some(e) = waited.as_ref().and_then(|k| self.entries.get_mut(k)) {
             e.in_flight = false;
         }

@@ -634,6 +634,49 @@ fn an_object_adopted_while_our_create_is_in_flight_waits_for_it() {
     );
 }
 
+/// An identity removed while its create is in flight, after the watch's event
+/// of that create was adopted: the object is deleted once the create answers.
+/// Seen at scale: the per-service cap's switch (every ServiceBGPStatus removed
+/// at once) left 6 objects that nothing deleted (their entries stayed "in
+/// flight" for good).
+#[test]
+fn an_identity_removed_while_its_adopted_create_is_in_flight_is_deleted() {
+    let mut e = Engine::<ServiceL2Status>::labeled(exact(), LabelScope::node(NS, "node-1"));
+    let t = std::time::Instant::now();
+    e.initial_sync_done();
+    let list = e.poll(t);
+    e.complete(&list[0], Outcome::Listed(Vec::new()), t);
+    e.set_labeled(svc_labels("web"), Desired::new(l2("node-1", "web")));
+    let create = e.poll(t);
+    let [Action::CreateGenerated { desired, .. }] = &create[..] else {
+        panic!("{create:?}")
+    };
+    let returned = Observed {
+        status: desired.status.clone(),
+        labels: desired.labels.clone(),
+        owners: vec![],
+        resource_version: Some(10),
+    };
+    e.observe_object(key("l2-x1"), Some(returned.clone()));
+    assert_eq!(e.labeled_key(&svc_labels("web")), Some(&key("l2-x1")));
+    e.remove_labeled(svc_labels("web"));
+    assert_eq!(e.poll(t), [], "nothing while the create is in flight");
+    e.complete(
+        &create[0],
+        Outcome::Created {
+            key: key("l2-x1"),
+            sent: desired.status.clone(),
+            returned,
+        },
+        t,
+    );
+    let after = e.poll(t + Duration::from_secs(1));
+    assert!(
+        matches!(&after[..], [Action::Delete(k, ..)] if *k == key("l2-x1")),
+        "{after:?}"
+    );
+}
+
 /// The watch's event of the writer's own create (labels, owner, no status
 /// yet) arriving after the answer of the status write that followed it is
 /// stale (older resourceVersion): no second status write. Seen in the lab:
