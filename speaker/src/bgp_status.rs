@@ -325,6 +325,39 @@ impl BgpStatusOutput {
     ) -> bool {
         let mut switched_now = false;
         if self.mode == Mode::PerService {
+            // The count after this batch, before anything goes to the writer
+            // (which writes from its own task as entries come): past the cap,
+            // switch without creating objects only to delete them.
+            let after =
+                service_status
+                    .iter()
+                    .fold(self.per_service.len(), |n, (key, peers)| {
+                        match (peers.is_some(), self.per_service.contains(key)) {
+                            (true, false) => n + 1,
+                            (false, true) => n - 1,
+                            _ => n,
+                        }
+                    });
+            if after > self.max_per_node {
+                let message = format!(
+                    "--service-bgp-status=per-service: this node would hold {after} ServiceBGPStatus objects, past its cap of {} (--service-bgp-status-max-per-node): switched to one NodeBGPStatus for this node until the speaker restarts",
+                    self.max_per_node
+                );
+                tracing::warn!(
+                    objects = after,
+                    cap = self.max_per_node,
+                    "ServiceBGPStatus cap reached: switching this node to the summary NodeBGPStatus"
+                );
+                for key in std::mem::take(&mut self.per_service) {
+                    let (ns, name) = key.split_once('/').unwrap_or(("", &key));
+                    self.svc_status.remove_labeled(service_identity(ns, name));
+                }
+                self.mode = Mode::Summary;
+                self.switched = Some(message);
+                switched_now = true;
+            }
+        }
+        if self.mode == Mode::PerService {
             for (key, peers) in service_status {
                 let (ns, name) = key.split_once('/').unwrap_or(("", &key));
                 let identity = service_identity(ns, name);
@@ -347,25 +380,6 @@ impl BgpStatusOutput {
                         self.per_service.remove(&key);
                     }
                 }
-            }
-            if self.per_service.len() > self.max_per_node {
-                let message = format!(
-                    "--service-bgp-status=per-service: this node would hold {} ServiceBGPStatus objects, past its cap of {} (--service-bgp-status-max-per-node): switched to one NodeBGPStatus for this node until the speaker restarts",
-                    self.per_service.len(),
-                    self.max_per_node
-                );
-                tracing::warn!(
-                    objects = self.per_service.len(),
-                    cap = self.max_per_node,
-                    "ServiceBGPStatus cap reached: switching this node to the summary NodeBGPStatus"
-                );
-                for key in std::mem::take(&mut self.per_service) {
-                    let (ns, name) = key.split_once('/').unwrap_or(("", &key));
-                    self.svc_status.remove_labeled(service_identity(ns, name));
-                }
-                self.mode = Mode::Summary;
-                self.switched = Some(message);
-                switched_now = true;
             }
         }
         if self.mode == Mode::Summary {

@@ -345,6 +345,41 @@ async fn past_the_cap_per_service_switches_to_the_summary() {
     assert!(r.svc_api.objects().is_empty());
 }
 
+/// A batch that takes the node past the cap switches before any of it goes
+/// to the writer, which runs in its own task as in the daemon: no
+/// ServiceBGPStatus created only to be deleted (the scale run's first pass
+/// created 23, then deleted them, and left 6 behind).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_past_the_cap_creates_no_service_object() {
+    const N: usize = 20_000;
+    let mut r = rig(Mode::PerService, N - 1);
+    r.out.initial_sync_done();
+    let api = Arc::new(FakeApi::new());
+    let (w, a) = (r.svc.clone(), api.clone());
+    let writer = tokio::spawn(async move { w.run(a, std::future::pending()).await });
+    // the writer lists its scope first
+    for _ in 0..200 {
+        if !api.calls().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        r.out
+            .apply(changes((0..N).map(|i| format!("demo/s{i}"))), summary_of(0))
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    writer.abort();
+    assert_eq!(r.out.mode(), Mode::Summary);
+    assert!(
+        r.out
+            .switched()
+            .unwrap()
+            .contains(&format!("hold {N} ServiceBGPStatus"))
+    );
+    assert_eq!(writes(&api), 0, "{} writes", writes(&api));
+}
+
 #[tokio::test]
 async fn a_mode_change_cleans_the_other_modes_objects() {
     let r = rig(Mode::Summary, 10);
