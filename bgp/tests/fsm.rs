@@ -2207,6 +2207,59 @@ fn notifications_damp_restarts_until_a_stable_session_or_a_manual_start() {
     assert_eq!(timer_set(&out, Timer::Stable), None);
 }
 
+/// Restart damping counts failures only: a peer that ends the session with
+/// an administrative Cease (a router restarted or reconfigured) again and
+/// again is not damped; a Cease that reports a failure, or a Hard Reset for
+/// an error, is.
+#[test]
+fn administrative_ceases_do_not_damp_restarts() {
+    let mut s = at(config(), FsmState::Established);
+    let mut seq = 1u64;
+    let mut end_and_come_back = |s: &mut Session, n: Notification| -> Option<Duration> {
+        let out = s.process(received(ConnId::active(seq), Message::Notification(n)));
+        assert_eq!(s.state(), FsmState::Idle);
+        let delay = timer_set(&out, Timer::IdleHold);
+        seq += 1;
+        let c = ConnId::active(seq);
+        s.process(Input::IdleHoldTimerExpired);
+        s.process(tcp_acked(c));
+        s.process(received(c, peer_open(PEER_ID_HIGH)));
+        s.process(received(c, Message::Keepalive));
+        assert_eq!(s.state(), FsmState::Established);
+        delay
+    };
+    for round in 0..3 {
+        for n in [
+            Notification::administrative_shutdown("bird restarting"),
+            Notification::administrative_reset(""),
+            Notification::PeerDeconfigured,
+            Notification::OtherConfigurationChange,
+            Notification::CeaseUnspecific,
+            Notification::hard_reset(Notification::administrative_reset("")),
+        ] {
+            let what = n.to_string();
+            let d = end_and_come_back(&mut s, n);
+            assert_eq!(s.restart_damping(), 0, "round {round}: {what}");
+            assert!(
+                d.is_none_or(|d| d <= Duration::from_secs(1)),
+                "round {round}: {what}: {d:?}"
+            );
+        }
+    }
+    // Failures still count.
+    for (i, n) in [
+        Notification::BfdDown,
+        Notification::OutOfResources,
+        Notification::hard_reset(Notification::MalformedAttributeList),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        end_and_come_back(&mut s, n);
+        assert_eq!(s.restart_damping(), i as u32 + 1);
+    }
+}
+
 /// RFC 4271 section 10: ConnectRetry, IdleHold and Keepalive are jittered
 /// to 75-100 %; Hold, SendHold and Stable are exact.
 #[test]

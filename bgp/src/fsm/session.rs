@@ -567,7 +567,7 @@ impl Session {
         if was_established {
             self.disarm(out, Timer::Stable);
         }
-        if sent.is_some() || received.is_some() {
+        if sent.as_ref().or(received.as_ref()).is_some_and(damps) {
             self.damping = self.damping.saturating_add(1);
         }
         out.push(Output::SessionDown {
@@ -1218,4 +1218,21 @@ fn check_as_trans(open: &Open) -> Result<(), Notification> {
         return Err(Notification::BadPeerAs);
     }
     Ok(())
+}
+
+/// Whether a session ended by `n` counts toward restart damping: an error
+/// (message header, OPEN, UPDATE, hold timer, FSM, ROUTE-REFRESH, send hold
+/// timer) or a Cease that reports a failure (maximum prefixes reached, out
+/// of resources, BFD down, a Hard Reset for such a cause). An administrative
+/// end (shutdown, reset, peer de-configured, connection rejected, other
+/// configuration change, collision resolution, unspecific) does not: a router
+/// restarted or reconfigured a few times in a row is no flapping peer, and
+/// damping it kept a router's restarts apart by up to 2 minutes (the lab's
+/// bird-restart fault: 1, 4, 16, 59, 107 s to reconnect in five rounds).
+fn damps(n: &Notification) -> bool {
+    match n {
+        Notification::HardReset { cause } => damps(cause),
+        n if n.code() == error_code::CEASE => matches!(n.subcode(), 1 | 8 | 10),
+        _ => true,
+    }
 }
