@@ -33,6 +33,36 @@ impl Impl {
             v => bail!("--impl {v}: ours, metallb or both"),
         })
     }
+
+    /// The controller's arguments in the benches (out of cluster, MetalLB's
+    /// configuration in `cfg_ns`): ours with its health probe on loopback and no
+    /// metrics port; MetalLB's without its webhook and certificate rotation.
+    pub fn controller_args(self, cfg_ns: &str) -> Vec<String> {
+        let args: &[&str] = match self {
+            Impl::Ours => &[
+                "--log-format",
+                "text",
+                "--health-probe-port",
+                "7473",
+                "--health-probe-bind-address",
+                "127.0.0.1",
+                "--port",
+                "0",
+            ],
+            Impl::Metallb => &[
+                "--namespace",
+                cfg_ns,
+                "--webhook-mode",
+                "disabled",
+                "--disable-cert-rotation",
+                "--port",
+                "7472",
+                "--log-level",
+                "info",
+            ],
+        };
+        args.iter().map(|a| (*a).to_owned()).collect()
+    }
 }
 
 /// Our binaries: `--ours-bin` when given, else the release directory of

@@ -1536,34 +1536,10 @@ impl Bench<'_> {
 
         let ckc_s = ckc.to_str().context("path")?.to_owned();
         let mut cmd = self.net.net.client().command(controller_bin);
-        match self.kind {
-            Kind::Ours => {
-                cmd.args([
-                    "--log-format",
-                    "text",
-                    "--health-probe-port",
-                    "7473",
-                    "--health-probe-bind-address",
-                    "127.0.0.1",
-                    "--port",
-                    "0",
-                ]);
-                if opts.sabotage && opts.faults.contains(&Fault::LeaseLoss) {
-                    // Unfenced: it holds another Lease than the one lease-loss takes.
-                    cmd.args(["--leader-elect-resource-name", SABOTAGE_LEASE]);
-                }
-            }
-            Kind::Metallb => {
-                cmd.args([
-                    "--namespace",
-                    &self.cfg_ns,
-                    "--webhook-mode",
-                    "disabled",
-                    "--disable-cert-rotation",
-                    "--port",
-                    "7472",
-                ]);
-            }
+        cmd.args(self.kind.controller_args(&self.cfg_ns));
+        if self.kind == Kind::Ours && opts.sabotage && opts.faults.contains(&Fault::LeaseLoss) {
+            // Unfenced: it holds another Lease than the one lease-loss takes.
+            cmd.args(["--leader-elect-resource-name", SABOTAGE_LEASE]);
         }
         cmd.env("KUBECONFIG", &ckc_s)
             .env("METALLB_NAMESPACE", &self.cfg_ns)

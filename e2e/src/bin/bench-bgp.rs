@@ -818,33 +818,7 @@ impl Bench<'_> {
         // The controller, in the client namespace.
         let ckc_s = ckc.to_str().context("path")?.to_owned();
         let mut cmd = self.net.net.client().command(controller_bin);
-        match self.kind {
-            Kind::Ours => {
-                cmd.args([
-                    "--log-format",
-                    "text",
-                    "--health-probe-port",
-                    "7473",
-                    "--health-probe-bind-address",
-                    "127.0.0.1",
-                    "--port",
-                    "0",
-                ]);
-            }
-            Kind::Metallb => {
-                cmd.args([
-                    "--namespace",
-                    &self.cfg_ns,
-                    "--webhook-mode",
-                    "disabled",
-                    "--disable-cert-rotation",
-                    "--port",
-                    "7472",
-                    "--log-level",
-                    "info",
-                ]);
-            }
-        }
+        cmd.args(self.kind.controller_args(&self.cfg_ns));
         cmd.env("KUBECONFIG", &ckc_s)
             .env("METALLB_NAMESPACE", &self.cfg_ns)
             .env("METALLB_POD_NAME", "controller");

@@ -1074,33 +1074,7 @@ async fn bench_impl_in(
     } else {
         let mark = audit.mark().await?;
         let mut cmd = net.net.client().command(bin.join("controller"));
-        match kind {
-            Kind::Ours => {
-                cmd.args([
-                    "--log-format",
-                    "text",
-                    "--health-probe-port",
-                    "7473",
-                    "--health-probe-bind-address",
-                    "127.0.0.1",
-                    "--port",
-                    "0",
-                ]);
-            }
-            Kind::Metallb => {
-                cmd.args([
-                    "--namespace",
-                    cfg_ns,
-                    "--webhook-mode",
-                    "disabled",
-                    "--disable-cert-rotation",
-                    "--port",
-                    "7472",
-                    "--log-level",
-                    "info",
-                ]);
-            }
-        }
+        cmd.args(kind.controller_args(cfg_ns));
         cmd.env("KUBECONFIG", &ckc)
             .env("METALLB_NAMESPACE", cfg_ns)
             .env("METALLB_POD_NAME", "controller");
