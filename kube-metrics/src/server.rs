@@ -26,9 +26,6 @@ use crate::{Authorizer, Error, ServerTls};
 /// The one path served.
 pub const METRICS_PATH: &str = "/metrics";
 
-/// How often a certificate directory is looked at for changes.
-const CERT_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
-
 /// How requests are secured.
 pub struct Security(Mode);
 
@@ -91,10 +88,14 @@ pub struct Limits {
     pub auth_timeout: Duration,
     /// Time given to open connections to finish on shutdown, after which they are closed.
     pub shutdown_grace: Duration,
+    /// How often a certificate directory is looked at for changes (the first look one
+    /// interval after the start: the certificate was read when the server was made).
+    pub cert_reload_interval: Duration,
 }
 
 impl Default for Limits {
-    /// 64 connections, 10 s handshake, 30 s header/idle, 15 s authorisation, 5 s grace.
+    /// 64 connections, 10 s handshake, 30 s header/idle, 15 s authorisation, 5 s grace,
+    /// certificate directory looked at every 10 s.
     fn default() -> Self {
         Limits {
             max_connections: 64,
@@ -102,6 +103,7 @@ impl Default for Limits {
             header_timeout: Duration::from_secs(30),
             auth_timeout: Duration::from_secs(15),
             shutdown_grace: Duration::from_secs(5),
+            cert_reload_interval: Duration::from_secs(10),
         }
     }
 }
@@ -299,7 +301,8 @@ impl MetricsServer {
         });
         let graceful = GracefulShutdown::new();
         let mut tasks = JoinSet::new();
-        let mut reload_tick = tokio::time::interval(CERT_RELOAD_INTERVAL);
+        let every = limits.cert_reload_interval.max(Duration::from_millis(10));
+        let mut reload_tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         reload_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
         loop {

@@ -370,7 +370,14 @@ async fn certificate_from_a_directory_and_reloaded_when_it_changes() {
     assert!(tls.reloads());
     assert_eq!(tls.certificate(), first);
     let handle = tls.clone();
-    let server = start(Security::https(tls, FakeAuth::default()), Limits::default()).await;
+    // The server's own looks are left out here (they would race the explicit reloads
+    // below: a look that took the broken key first leaves `reload` nothing new); see
+    // `the_server_reloads_a_changed_directory_by_itself`.
+    let limits = Limits {
+        cert_reload_interval: Duration::from_secs(3600),
+        ..Limits::default()
+    };
+    let server = start(Security::https(tls, FakeAuth::default()), limits).await;
     let r = https(server.addr, &first, "GET", "/metrics", Some("Bearer good")).await;
     assert_eq!(r.status, 200, "{r:?}");
 
@@ -393,6 +400,54 @@ async fn certificate_from_a_directory_and_reloaded_when_it_changes() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("certificate"), "{err}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_server_reloads_a_changed_directory_by_itself() {
+    let dir = TempDir::new("certdir-auto");
+    let first = write_cert(&dir.0);
+    let tls = ServerTls::new(&TlsOptions {
+        cert: CertSource::Dir(dir.0.clone()),
+        min_version: TlsMinVersion::Tls13,
+    })
+    .unwrap();
+    let limits = Limits {
+        cert_reload_interval: Duration::from_millis(100),
+        ..Limits::default()
+    };
+    let server = start(Security::https(tls, FakeAuth::default()), limits).await;
+    let r = https(server.addr, &first, "GET", "/metrics", Some("Bearer good")).await;
+    assert_eq!(r.status, 200, "{r:?}");
+
+    // A broken key is not taken: the first certificate is still served after several looks.
+    std::fs::write(dir.0.join("tls.key"), "not a key").unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let r = https(server.addr, &first, "GET", "/metrics", Some("Bearer good")).await;
+    assert_eq!(r.status, 200, "{r:?}");
+
+    // A new pair is served without any call, within a few looks (20 s: a loaded machine).
+    let second = write_cert(&dir.0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if tls_connect(
+            server.addr,
+            std::slice::from_ref(&second),
+            &[&version::TLS13],
+        )
+        .await
+        .is_ok()
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new certificate was not served within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = https(server.addr, &second, "GET", "/metrics", Some("Bearer good")).await;
+    assert_eq!(r.status, 200, "{r:?}");
     server.stop().await;
 }
 
@@ -429,6 +484,7 @@ async fn bounded_connections_timeouts_and_graceful_stop() {
         auth_timeout: Duration::from_millis(300),
         handshake_timeout: Duration::from_millis(300),
         shutdown_grace: Duration::from_secs(2),
+        ..Limits::default()
     };
     let server = start(Security::https(tls, FakeAuth::default()), limits).await;
     let a = server.addr;

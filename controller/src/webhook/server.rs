@@ -229,7 +229,10 @@ impl WebhookServer {
         });
         let graceful = GracefulShutdown::new();
         let mut tasks = JoinSet::new();
-        let mut reload = tokio::time::interval(Duration::from_secs(10));
+        // The certificate was read when the server was made: the first look is one
+        // interval later.
+        let every = Duration::from_secs(10);
+        let mut reload = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         reload.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
         loop {
