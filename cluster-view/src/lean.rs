@@ -12,8 +12,8 @@
 //!   owner of the speaker's status objects); `status.conditions`:
 //!   `NetworkUnavailable` (the speaker's decisions and signals), `Ready`
 //!   and its `lastTransitionTime` (the controller's sweep of a NotReady
-//!   node's status objects). Kept: `metadata` but the managed fields, and
-//!   `status.conditions` whole.
+//!   node's status objects). Kept: exactly those, with `resourceVersion`
+//!   and the deletion fields of the metadata.
 //! - Service: `metadata` (name, namespace, uid, `resourceVersion` for
 //!   conditional writes, labels for selectors, annotations), `spec` (type,
 //!   class, traffic policy, ports, cluster IPs and families, requested
@@ -21,9 +21,9 @@
 //!   everything but the managed fields.
 //! - EndpointSlice: `metadata.name`, `.namespace`, the
 //!   `kubernetes.io/service-name` label; per endpoint `addresses` (whether
-//!   there is one), `conditions` (ready, serving, terminating), `nodeName`.
-//!   Kept: `metadata` but the managed fields, `addressType`, and per
-//!   endpoint `addresses`, `conditions`, `nodeName`.
+//!   there is one), `conditions` (ready, serving), `nodeName`. Kept: exactly
+//!   that, decoded into [`crate::endpoints::LeanSlice`] (no trimming here:
+//!   nothing else is decoded).
 //! - ConfigMap: `bgpextras` only (whether it exists). Kept: every
 //!   ConfigMap's `metadata`; the data of `bgpextras` only.
 //! - Namespace, Secret, the metallb.io kinds: names and labels
@@ -34,19 +34,19 @@
 //! Dropped: `metadata.managedFields` and the
 //! `kubectl.kubernetes.io/last-applied-configuration` annotation of every
 //! object (no daemon reads them; a Secret's last-applied annotation holds
-//! its data once more); a Node's `spec` (pod CIDRs, taints, provider ID)
-//! and its `status` but the conditions (addresses, capacity, allocatable,
-//! node info, images, volumes, daemon endpoints, ...: the images alone are
-//! most of a Node's bytes); an EndpointSlice's `ports` and per endpoint
-//! `targetRef`, `hostname`, `zone`, `hints`, `deprecatedTopology`.
+//! its data once more); a Node's annotations, `spec` (pod CIDRs, taints,
+//! provider ID), other conditions and the reason, message and heartbeat of
+//! the two kept, and the rest of its `status` (addresses, capacity,
+//! allocatable, node info, images, volumes, daemon endpoints, ...: the
+//! images alone are most of a Node's bytes); of an EndpointSlice
+//! everything but the above.
 //!
 //! A reader of a new field must keep it here first (the tests in
 //! `tests/stored.rs` list what each kind keeps). The daemons never write a
 //! cached object back whole (their writes are merge patches of the fields
 //! they own), so nothing dropped here is ever dropped on the server.
 
-use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeStatus, Service};
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition, NodeStatus, Service};
 use kube::Resource;
 
 use crate::view::BGP_EXTRAS;
@@ -65,13 +65,35 @@ pub fn metadata<K: Resource>(obj: &mut K) {
     }
 }
 
-/// A Node as the caches keep it: [`metadata`], and of its status the
-/// conditions alone.
+/// The Node conditions kept (the others are never read).
+pub const NODE_CONDITIONS: [&str; 2] = ["Ready", crate::nodes::NETWORK_UNAVAILABLE];
+
+/// A Node as the caches keep it: of its metadata the name, uid, labels,
+/// `resourceVersion` and deletion (no annotations, owners, finalizers or
+/// creation time); of its status the [`NODE_CONDITIONS`] alone, each with
+/// its type, status and `lastTransitionTime` (no reason, message or
+/// heartbeat).
 pub fn node(node: &mut Node) {
     metadata(node);
+    let meta = &mut node.metadata;
+    meta.annotations = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+    meta.generate_name = None;
+    meta.creation_timestamp = None;
     node.spec = None;
     node.status = node.status.take().map(|s| NodeStatus {
-        conditions: s.conditions,
+        conditions: s.conditions.map(|all| {
+            all.into_iter()
+                .filter(|c| NODE_CONDITIONS.contains(&c.type_.as_str()))
+                .map(|c| NodeCondition {
+                    type_: c.type_,
+                    status: c.status,
+                    last_transition_time: c.last_transition_time,
+                    ..NodeCondition::default()
+                })
+                .collect()
+        }),
         ..NodeStatus::default()
     });
 }
@@ -80,21 +102,6 @@ pub fn node(node: &mut Node) {
 /// most of the rest).
 pub fn service(svc: &mut Service) {
     metadata(svc);
-}
-
-/// An EndpointSlice as the caches keep it: [`metadata`], the address
-/// type, and per endpoint its addresses, conditions and node.
-pub fn endpoint_slice(slice: &mut EndpointSlice) {
-    metadata(slice);
-    slice.ports = None;
-    for e in slice.endpoints.iter_mut().flatten() {
-        *e = Endpoint {
-            addresses: std::mem::take(&mut e.addresses),
-            conditions: e.conditions.take(),
-            node_name: e.node_name.take(),
-            ..Endpoint::default()
-        };
-    }
 }
 
 /// A ConfigMap as the caches keep it: [`metadata`], and the data of

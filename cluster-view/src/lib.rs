@@ -11,9 +11,10 @@
 //!   and [`ClusterView::resources`], the configuration inputs as shared
 //!   objects (no copies).
 //! - What the caches keep ([`lean`]): every object without its managed
-//!   fields and last-applied annotation; Nodes with their conditions alone
-//!   of their status, EndpointSlices with each endpoint's addresses,
-//!   conditions and node alone (what the daemons read, listed there).
+//!   fields and last-applied annotation; Nodes with their labels and two
+//!   conditions alone; EndpointSlices decoded as
+//!   [`endpoints::LeanSlice`]s, each endpoint's node, readiness and whether
+//!   it has an address alone (what the daemons read, listed there).
 //! - Filters: Node updates that change no label and do not flip
 //!   `NetworkUnavailable`, and Namespace updates that change no label, are
 //!   not signalled (the cache still holds the latest object).

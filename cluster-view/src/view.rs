@@ -9,14 +9,13 @@ use std::sync::Arc;
 use config::Resources;
 use config::api::{v1beta1, v1beta2};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
 use crate::changes::{Changes, DEFAULT_KEY_BOUND};
-use crate::endpoints::{self, SliceIndex};
+use crate::endpoints::{self, LeanSlice, SliceIndex};
 use crate::lean;
 use crate::nodes;
 use crate::reflector::{Change, Health, Reflector, Stopped};
@@ -235,11 +234,12 @@ impl Builder {
         let endpoint_slices = has(Kind::EndpointSlice).then(|| {
             let changes = service_changes.clone();
             let index = slices.clone();
+            // Decoded as `LeanSlice`s: already what is kept.
             Reflector::with_trim(
-                Api::<EndpointSlice>::all(c.clone()),
+                Api::<LeanSlice>::all(c.clone()),
                 wc(),
-                lean::endpoint_slice,
-                move |change, store: &Store<EndpointSlice>| match change {
+                |_: &mut LeanSlice| {},
+                move |change, store: &Store<LeanSlice>| match change {
                     Change::Applied { old, new } => {
                         if let Some(cached) = store.get(&ObjectRef::from_obj(new)) {
                             index.apply(old, cached);
@@ -373,7 +373,7 @@ pub struct ClusterView {
     nodes: Option<Reflector<Node>>,
     namespaces: Option<Reflector<Namespace>>,
     services: Option<Reflector<Service>>,
-    endpoint_slices: Option<Reflector<EndpointSlice>>,
+    endpoint_slices: Option<Reflector<LeanSlice>>,
     config_changes: Changes,
     service_changes: Changes,
     slices: SliceIndex,
@@ -524,7 +524,7 @@ impl ClusterView {
 
     /// The EndpointSlices of the Service `key` (`namespace/name`), from the
     /// index (empty when EndpointSlices are not watched).
-    pub fn endpoint_slices_of(&self, key: &str) -> Vec<Arc<EndpointSlice>> {
+    pub fn endpoint_slices_of(&self, key: &str) -> Vec<Arc<LeanSlice>> {
         self.slices.slices(key)
     }
 
@@ -578,7 +578,7 @@ impl ClusterView {
         self.services.as_ref()
     }
     /// The EndpointSlice reflector, if watched.
-    pub fn endpoint_slices(&self) -> Option<&Reflector<EndpointSlice>> {
+    pub fn endpoint_slices(&self) -> Option<&Reflector<LeanSlice>> {
         self.endpoint_slices.as_ref()
     }
 }

@@ -258,7 +258,7 @@ async fn run(client: &Client, names: &Cleanup) -> Result<()> {
             &Patch::Merge(json!({"metadata": {"annotations": {"touched": "1"}}})),
         )
         .await?;
-    nodes
+    let patched = nodes
         .patch_status(
             node,
             &PatchParams::default(),
@@ -267,9 +267,11 @@ async fn run(client: &Client, names: &Cleanup) -> Result<()> {
             ]}})),
         )
         .await?;
+    // The annotation is not cached (lean::node): wait for the status patch's version.
     wait_for("the annotated node with its condition in the cache", || {
         node_store.get(&node_ref).filter(|n| {
-            n.annotations().get("touched").is_some()
+            n.resource_version() == patched.resource_version()
+                && n.annotations().is_empty()
                 && n.status.as_ref().is_some_and(|s| s.conditions.is_some())
         })
     })

@@ -226,7 +226,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 type Objects = (
     config::Resources,
     Option<Arc<k8s_openapi::api::core::v1::Service>>,
-    Vec<Arc<k8s_openapi::api::discovery::v1::EndpointSlice>>,
+    Vec<Arc<cluster_view::endpoints::LeanSlice>>,
 );
 
 /// The objects of the files `args.paths`, and the Service `ns/name` with its
@@ -264,7 +264,7 @@ fn from_files(args: &ServiceArgs, ns: &str, name: &str) -> anyhow::Result<Object
                     .and_then(|l| l.get("kubernetes.io/service-name"))
                     .is_some_and(|n| n == name)
         })
-        .cloned()
+        .map(|s| Arc::new(cluster_view::endpoints::LeanSlice::from(&**s)))
         .collect();
     Ok((loaded.resources, svc, slices))
 }

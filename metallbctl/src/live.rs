@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use cluster_view::endpoints::LeanSlice;
 use config::api::{v1beta1, v1beta2};
 use k8s_openapi::api::core::v1::{Namespace, Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::{Api, ListParams};
 use serde::Serialize;
@@ -90,7 +90,7 @@ where
 pub struct Live {
     pub resources: config::Resources,
     pub service: Option<Service>,
-    pub slices: Vec<Arc<EndpointSlice>>,
+    pub slices: Vec<Arc<LeanSlice>>,
     pub reported: Reported,
 }
 
@@ -214,7 +214,7 @@ pub async fn read(
     .await?;
     let slices = arcs(
         list(
-            Api::<EndpointSlice>::namespaced(c(), ns),
+            Api::<LeanSlice>::namespaced(c(), ns),
             "endpointslices",
             &ListParams::default().labels(&format!("kubernetes.io/service-name={name}")),
             timeout,

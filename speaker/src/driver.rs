@@ -29,13 +29,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
+use cluster_view::endpoints::LeanSlice;
 use cluster_view::{Batch, Changes, ClusterView};
 use config::Resources;
 use config::api::v1beta1::ConfigurationState;
 use daemon::health::Heartbeat;
 use daemon::k8s_metrics::K8sClientMetrics;
 use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::{ObjectRef, Store};
 use status::StatusWriter;
 use status::configuration_state::Component;
@@ -63,7 +63,7 @@ pub trait View {
     /// The configuration inputs.
     fn resources(&self) -> Resources;
     /// The EndpointSlices of the Service `key`.
-    fn endpoint_slices_of(&self, key: &str) -> Vec<Arc<EndpointSlice>>;
+    fn endpoint_slices_of(&self, key: &str) -> Vec<Arc<LeanSlice>>;
     /// Configuration change signals.
     fn config_changes(&self) -> &Changes;
     /// Service change signals (by key).
@@ -83,7 +83,7 @@ impl View for ClusterView {
     fn resources(&self) -> Resources {
         ClusterView::resources(self)
     }
-    fn endpoint_slices_of(&self, key: &str) -> Vec<Arc<EndpointSlice>> {
+    fn endpoint_slices_of(&self, key: &str) -> Vec<Arc<LeanSlice>> {
         ClusterView::endpoint_slices_of(self, key)
     }
     fn config_changes(&self) -> &Changes {

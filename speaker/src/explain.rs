@@ -20,10 +20,10 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use cluster_view::endpoints;
+use cluster_view::endpoints::LeanSlice;
 use cluster_view::services;
 use config::Resources;
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde::Serialize;
 
 use crate::decide::NodeFacts;
@@ -182,7 +182,7 @@ pub fn service(
     resources: &Resources,
     key: &str,
     svc: Option<&Service>,
-    slices: &[Arc<EndpointSlice>],
+    slices: &[Arc<LeanSlice>],
     options: &Options,
     live: &LiveSpeakers,
 ) -> Explanation {

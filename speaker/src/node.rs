@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use cluster_view::endpoints::LeanSlice;
 use config::Config;
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::bgp_speaker::{BfdOps, BgpSpeaker, Closing, SessionFactory};
 use crate::bgp_status::Summary;
@@ -354,7 +354,7 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
     /// the effects after it, as after [`NodeSpeaker::service`].
     pub fn decide_live<S>(&mut self, mut lookup: S) -> Vec<LiveDecided>
     where
-        S: FnMut(&str) -> (Option<Arc<Service>>, Vec<Arc<EndpointSlice>>),
+        S: FnMut(&str) -> (Option<Arc<Service>>, Vec<Arc<LeanSlice>>),
     {
         let Some(changed) = self.live_changed.take() else {
             return Vec::new();
@@ -408,7 +408,7 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
 
     fn live_decided<S>(&mut self, key: &str, lookup: &mut S) -> LiveDecided
     where
-        S: FnMut(&str) -> (Option<Arc<Service>>, Vec<Arc<EndpointSlice>>),
+        S: FnMut(&str) -> (Option<Arc<Service>>, Vec<Arc<LeanSlice>>),
     {
         let (result, changed) = match self.redecide_cached(key, false).expect("cached") {
             Ok(a) => (a.result, a.changed),
@@ -626,7 +626,7 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
         &mut self,
         key: &str,
         svc: Option<&Service>,
-        slices: &[Arc<EndpointSlice>],
+        slices: &[Arc<LeanSlice>],
     ) -> Option<Decided> {
         let (Some(cfg), Some(facts)) = (self.tracker.running(), self.facts.as_ref()) else {
             return None;
@@ -812,7 +812,7 @@ impl<F: SessionFactory, B: BfdOps, L: L2Ops> NodeSpeaker<F, B, L> {
         &self,
         me: &NodeFacts,
         svc: Option<&Service>,
-        slices: &[Arc<EndpointSlice>],
+        slices: &[Arc<LeanSlice>],
     ) -> bool {
         if self.assigned == AssignedEvents::Every {
             return true;

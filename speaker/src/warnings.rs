@@ -12,10 +12,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use cluster_view::endpoints::LeanSlice;
 use cluster_view::{endpoints, services};
 use config::Config;
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::decide::l2;
 
@@ -43,7 +43,7 @@ pub fn local_endpoints_unselected(
     config: &Config,
     key: &str,
     svc: &Service,
-    slices: &[Arc<EndpointSlice>],
+    slices: &[Arc<LeanSlice>],
 ) -> Option<LocalUnselected> {
     if !services::is_load_balancer(svc) || !services::traffic_policy_local(svc) {
         return None;

@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
+use cluster_view::endpoints::LeanSlice;
 use config::load::{LoadOptions, Loader};
 use config::{Community, Config};
 use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::json;
 use speaker::decide::NodeFacts;
 use speaker::decide::bgp::{Options, Reason, decide, for_peer};
@@ -70,7 +70,7 @@ fn svc(ips: &[&str], local: bool, labels: &[(&str, &str)]) -> Service {
 }
 
 /// One slice with one endpoint on `node` (ready unless `ready` is false).
-fn slice(node: &str, ready: bool) -> Vec<Arc<EndpointSlice>> {
+fn slice(node: &str, ready: bool) -> Vec<Arc<LeanSlice>> {
     vec![Arc::new(
         serde_json::from_value(json!({
             "metadata": {"name": "web-x", "namespace": "default", "labels": {"kubernetes.io/service-name": "web"}},
@@ -186,7 +186,7 @@ fn reasons_come_in_upstreams_order() {
     let n = node1();
     let o = Options::default();
     let ep = slice("node-2", true);
-    let d = |s: Option<&Service>, slices: &[Arc<EndpointSlice>], n: &NodeFacts, o: &Options| {
+    let d = |s: Option<&Service>, slices: &[Arc<LeanSlice>], n: &NodeFacts, o: &Options| {
         decide(&cfg, n, s, slices, o).err()
     };
     assert_eq!(d(None, &ep, &n, &o), Some(Reason::ServiceDeleted));

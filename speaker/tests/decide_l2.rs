@@ -6,10 +6,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use cluster_view::endpoints::LeanSlice;
 use config::Config;
 use config::load::{LoadOptions, Loader};
 use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use speaker::decide::NodeFacts;
@@ -81,7 +81,7 @@ impl World {
     fn announcers(
         &self,
         svc: &Service,
-        slices: &[Arc<EndpointSlice>],
+        slices: &[Arc<LeanSlice>],
         live: Option<&BTreeSet<String>>,
         options: &Options,
     ) -> Vec<String> {
@@ -142,7 +142,7 @@ fn svc(ips: &[&str]) -> Service {
 }
 
 /// Endpoints: (node, ready, serving, with an address).
-fn slices(eps: &[(Option<&str>, bool, bool, bool)]) -> Vec<Arc<EndpointSlice>> {
+fn slices(eps: &[(Option<&str>, bool, bool, bool)]) -> Vec<Arc<LeanSlice>> {
     let endpoints: Vec<_> = eps
         .iter()
         .map(|(node, ready, serving, addr)| {
@@ -166,7 +166,7 @@ fn slices(eps: &[(Option<&str>, bool, bool, bool)]) -> Vec<Arc<EndpointSlice>> {
     )]
 }
 
-fn ready_on(node: &str) -> Vec<Arc<EndpointSlice>> {
+fn ready_on(node: &str) -> Vec<Arc<LeanSlice>> {
     slices(&[(Some(node), true, true, true)])
 }
 
@@ -617,10 +617,10 @@ spec:
     let w = World::new(&FIVE, with_selector);
     let o = Options::default();
     let ep = ready_on("node-a");
-    let d = |s: Option<&Service>, ep: &[Arc<EndpointSlice>]| {
+    let d = |s: Option<&Service>, ep: &[Arc<LeanSlice>]| {
         decide(&w.config, "node-a", w.cluster(None), s, ep, &o).result
     };
-    let reason = |s: Option<&Service>, ep: &[Arc<EndpointSlice>]| d(s, ep).err();
+    let reason = |s: Option<&Service>, ep: &[Arc<LeanSlice>]| d(s, ep).err();
     assert_eq!(reason(None, &ep), Some(Reason::ServiceDeleted));
     let mut cluster_ip = svc(&["198.51.100.7"]);
     cluster_ip.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());

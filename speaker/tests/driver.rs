@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use arp_ndp::interfaces::AllowedInterfaces;
 use cluster_view::Changes;
+use cluster_view::endpoints::LeanSlice;
 use common::{FakeBfd, FakeFactory, Log};
 use config::Resources;
 use config::api::v1beta1::{
@@ -28,7 +29,6 @@ use daemon::events::Note;
 use daemon::health::Heartbeat;
 use daemon::k8s_metrics::K8sClientMetrics;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::{self, Store, store::Writer};
 use kube::runtime::watcher;
 use serde_json::json;
@@ -57,7 +57,7 @@ struct Cluster {
     resources: Arc<Mutex<Resources>>,
     _nodes: Arc<Mutex<Writer<Node>>>,
     services: Arc<Mutex<Writer<Service>>>,
-    slices: Arc<Mutex<BTreeMap<String, Vec<Arc<EndpointSlice>>>>>,
+    slices: Arc<Mutex<BTreeMap<String, Vec<Arc<LeanSlice>>>>>,
     config: Changes,
     svc: Changes,
 }
@@ -81,7 +81,7 @@ impl View for FakeView {
     fn resources(&self) -> Resources {
         self.c.resources.lock().unwrap().clone()
     }
-    fn endpoint_slices_of(&self, key: &str) -> Vec<Arc<EndpointSlice>> {
+    fn endpoint_slices_of(&self, key: &str) -> Vec<Arc<LeanSlice>> {
         self.c
             .slices
             .lock()
@@ -165,7 +165,7 @@ fn svc(name: &str, ip: &str) -> Service {
     .unwrap()
 }
 
-fn slice(name: &str) -> Arc<EndpointSlice> {
+fn slice(name: &str) -> Arc<LeanSlice> {
     Arc::new(
         serde_json::from_value(json!({
             "metadata": {"name": format!("{name}-x"), "namespace": "default",

@@ -16,11 +16,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use arp_ndp::interfaces::AllowedInterfaces;
+use cluster_view::endpoints::LeanSlice;
 use common::{FakeBfd, FakeFactory};
 use config::Config;
 use config::load::{LoadOptions, Loader};
 use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::json;
 use speaker::bgp_speaker::BgpSpeaker;
 use speaker::config_state::Loaded;
@@ -73,7 +73,7 @@ type Speaker = NodeSpeaker<FakeFactory, FakeBfd, FakeL2>;
 struct World {
     config: Config,
     nodes: BTreeMap<String, NodeFacts>,
-    services: Vec<(String, Service, Vec<Arc<EndpointSlice>>)>,
+    services: Vec<(String, Service, Vec<Arc<LeanSlice>>)>,
 }
 
 fn node(i: usize, groups: usize) -> Node {
@@ -166,7 +166,7 @@ spec:
                     .iter()
                     .map(|n| json!({"addresses": ["10.0.0.1"], "nodeName": format!("node-{n}")}))
                     .collect();
-                let slice: EndpointSlice = serde_json::from_value(json!({
+                let slice: LeanSlice = serde_json::from_value(json!({
                     "metadata": {"name": format!("{name}-x"), "namespace": "default",
                         "labels": {"kubernetes.io/service-name": name}},
                     "addressType": "IPv4",
@@ -224,7 +224,7 @@ spec:
 
     /// The Service and slices of a key, as the driver's stores give them.
     #[allow(clippy::type_complexity)]
-    fn lookup(&self) -> impl FnMut(&str) -> (Option<Arc<Service>>, Vec<Arc<EndpointSlice>>) + '_ {
+    fn lookup(&self) -> impl FnMut(&str) -> (Option<Arc<Service>>, Vec<Arc<LeanSlice>>) + '_ {
         |key| {
             let i: usize = key.trim_start_matches("default/svc-").parse().unwrap();
             let (_, svc, slices) = &self.services[i];

@@ -7,10 +7,10 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use arp_ndp::interfaces::AllowedInterfaces;
+use cluster_view::endpoints::LeanSlice;
 use config::Config;
 use config::load::{LoadOptions, Loader};
 use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::json;
 use speaker::bgp_speaker::{
     BfdClient, BfdOps, BgpSpeaker, Closing, PeerEvent, PeerSession, SessionFactory, SessionId,
@@ -155,7 +155,7 @@ fn svc(name: &str, ips: &[&str]) -> Service {
     .unwrap()
 }
 
-fn slices(name: &str) -> Vec<Arc<EndpointSlice>> {
+fn slices(name: &str) -> Vec<Arc<LeanSlice>> {
     vec![Arc::new(
         serde_json::from_value(json!({
             "metadata": {"name": format!("{name}-x"), "namespace": "default", "labels": {"kubernetes.io/service-name": name}},

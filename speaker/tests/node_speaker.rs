@@ -6,10 +6,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bgp::state::FsmState;
+use cluster_view::endpoints::LeanSlice;
 use config::Config;
 use config::load::{LoadOptions, Loader};
 use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::json;
 use speaker::bgp_speaker::{BfdState, BgpSpeaker, PeerEvent, SessionId};
 use speaker::config_state::Loaded;
@@ -80,7 +80,7 @@ fn svc(name: &str, ip: &str) -> Service {
     .unwrap()
 }
 
-fn slices(name: &str) -> Vec<Arc<EndpointSlice>> {
+fn slices(name: &str) -> Vec<Arc<LeanSlice>> {
     vec![Arc::new(
         serde_json::from_value(json!({
             "metadata": {"name": format!("{name}-x"), "namespace": "default", "labels": {"kubernetes.io/service-name": name}},

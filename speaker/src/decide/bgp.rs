@@ -5,12 +5,12 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+use cluster_view::endpoints::LeanSlice;
 use cluster_view::endpoints::{self, Addresses};
 use cluster_view::services;
 use config::{BgpAdvertisement, Community, Config, Pool};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde::Serialize;
 
 use super::NodeFacts;
@@ -152,7 +152,7 @@ pub fn decide(
     config: &Config,
     node: &NodeFacts,
     svc: Option<&Service>,
-    slices: &[std::sync::Arc<EndpointSlice>],
+    slices: &[std::sync::Arc<LeanSlice>],
     options: &Options,
 ) -> Result<Announcement, Reason> {
     let svc = svc.ok_or(Reason::ServiceDeleted)?;
@@ -214,7 +214,7 @@ pub fn should_announce<'a>(
     node: &NodeFacts,
     svc: &Service,
     pool: &'a Pool,
-    slices: &[std::sync::Arc<EndpointSlice>],
+    slices: &[std::sync::Arc<LeanSlice>],
     options: &Options,
 ) -> Result<Vec<&'a BgpAdvertisement>, Reason> {
     if pool_ads_on_node(config, pool, &node.name).next().is_none() {

@@ -19,11 +19,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use cluster_view::endpoints::LeanSlice;
 use cluster_view::endpoints::{self, Addresses};
 use cluster_view::services;
 use config::{Config, L2Advertisement, Pool};
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde::{Serialize, Serializer};
 use sha2::{Digest, Sha256};
 
@@ -178,7 +178,7 @@ pub fn decide(
     me: &str,
     cluster: Cluster<'_>,
     svc: Option<&Service>,
-    slices: &[Arc<EndpointSlice>],
+    slices: &[Arc<LeanSlice>],
     options: &Options,
 ) -> Decision {
     match prepare(config, me, cluster.nodes, svc, slices, options) {
@@ -249,7 +249,7 @@ pub fn prepare(
     me: &str,
     nodes: &BTreeMap<String, NodeFacts>,
     svc: Option<&Service>,
-    slices: &[Arc<EndpointSlice>],
+    slices: &[Arc<LeanSlice>],
     options: &Options,
 ) -> Result<Prepared, Reason> {
     let Some(svc) = svc else {
@@ -343,7 +343,7 @@ pub fn elect(
     ads: &[&L2Advertisement],
     cluster: Cluster<'_>,
     svc: &Service,
-    slices: &[Arc<EndpointSlice>],
+    slices: &[Arc<LeanSlice>],
     ip: IpAddr,
     options: &Options,
 ) -> Election {
@@ -360,7 +360,7 @@ fn order(
     universe: BTreeSet<&str>,
     known: &BTreeMap<String, NodeFacts>,
     svc: &Service,
-    slices: &[Arc<EndpointSlice>],
+    slices: &[Arc<LeanSlice>],
     ip: IpAddr,
     options: &Options,
 ) -> Election {

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use cluster_view::endpoints::LeanSlice;
 use config::api::LABEL_PEER;
 use config::api::v1beta1::{
     BGPSessionStatus, ConfigurationState, InterfaceInfo, MetalLBServiceL2Status, ServiceL2Status,
@@ -11,7 +12,6 @@ use config::api::{LABEL_SERVICE_NAME, LABEL_SERVICE_NAMESPACE};
 use daemon::events::Note;
 use daemon::k8s_metrics::K8sClientMetrics;
 use k8s_openapi::api::core::v1::{ObjectReference, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use status::configuration_state::{self, Component};
 use status::{Desired, Labels, StatusWriter};
@@ -175,7 +175,7 @@ pub(super) struct Judge<'a> {
 }
 
 impl Judge<'_> {
-    pub fn service(&mut self, key: &str, svc: Option<&Service>, slices: &[Arc<EndpointSlice>]) {
+    pub fn service(&mut self, key: &str, svc: Option<&Service>, slices: &[Arc<LeanSlice>]) {
         let found = match (self.whole, svc) {
             (Some(whole), Some(svc)) => {
                 crate::warnings::local_endpoints_unselected(whole, key, svc, slices)

@@ -56,7 +56,7 @@ fn service(policy: &str, labels: serde_json::Value) -> Service {
 }
 
 /// Ready endpoints on `nodes`, with or without an address.
-fn endpoints_on(nodes: &[&str], with_address: bool) -> Vec<Arc<EndpointSlice>> {
+fn endpoints_on(nodes: &[&str], with_address: bool) -> Vec<Arc<LeanSlice>> {
     let eps: Vec<_> = nodes
         .iter()
         .map(|n| {
@@ -78,7 +78,7 @@ fn endpoints_on(nodes: &[&str], with_address: bool) -> Vec<Arc<EndpointSlice>> {
     )]
 }
 
-fn check(cfg: &Config, svc: &Service, slices: &[Arc<EndpointSlice>]) -> Option<LocalUnselected> {
+fn check(cfg: &Config, svc: &Service, slices: &[Arc<LeanSlice>]) -> Option<LocalUnselected> {
     local_endpoints_unselected(cfg, "demo/web", svc, slices)
 }
 
