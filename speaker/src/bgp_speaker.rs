@@ -544,27 +544,55 @@ impl<F: SessionFactory, B: BfdOps> BgpSpeaker<F, B> {
 }
 
 /// The longest a BGPSessionStatus of a session that is not Established
-/// lags behind it: its hops between Idle, Connect and Active at each
-/// connection attempt are written at most this often (8-15 writes per 30 s
-/// per node with 4 peers down before, in the scale bench); a session
-/// coming up is written at once.
+/// lags behind a change of its error or BFD state (a session coming up, or
+/// going down, is written at once).
 pub const DOWN_STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// The pace of the BGPSessionStatus `status` of the BGPPeer `peer`:
-/// [`DOWN_STATUS_INTERVAL`] when it is not Established and the last one
-/// handed out was not either (hops between down states), else `None` (the
-/// writer's pace: going down and coming up are news). `down` holds the
-/// peers whose last status was down; it is updated.
-pub fn status_pace(
-    down: &mut std::collections::BTreeSet<String>,
-    peer: &str,
-    status: &BGPSessionStatusStatus,
-) -> Option<std::time::Duration> {
-    if status.bgp_status == FsmState::Established.as_str() {
-        down.remove(peer);
-        return None;
+/// What is published of a session that is not Established: the state it
+/// went down to and when, kept while it stays down. Its hops between Idle,
+/// Connect and Active at each connection attempt are not news (4 peers down
+/// made 8 writes a minute at rest in the scale bench, issue 25); a new
+/// `lastError` or BFD state is, at most every [`DOWN_STATUS_INTERVAL`].
+#[derive(Debug, Default)]
+pub struct DownHold {
+    down: std::collections::BTreeMap<String, (String, Option<Time>)>,
+}
+
+impl DownHold {
+    /// The status to publish for `peer`, and its pace (`None`: the writer's
+    /// own, for a session that came up or went down).
+    pub fn publish(
+        &mut self,
+        peer: &str,
+        mut status: BGPSessionStatusStatus,
+    ) -> (BGPSessionStatusStatus, Option<std::time::Duration>) {
+        if status.bgp_status == FsmState::Established.as_str() {
+            self.down.remove(peer);
+            return (status, None);
+        }
+        match self.down.get(peer) {
+            Some((state, since)) => {
+                status.bgp_status.clone_from(state);
+                status.last_transition_time.clone_from(since);
+                (status, Some(DOWN_STATUS_INTERVAL))
+            }
+            None => {
+                self.down.insert(
+                    peer.to_owned(),
+                    (
+                        status.bgp_status.clone(),
+                        status.last_transition_time.clone(),
+                    ),
+                );
+                (status, None)
+            }
+        }
     }
-    (!down.insert(peer.to_owned())).then_some(DOWN_STATUS_INTERVAL)
+
+    /// Forgets `peer` (its session removed).
+    pub fn remove(&mut self, peer: &str) {
+        self.down.remove(peer);
+    }
 }
 
 /// `t` as a `metav1.Time`, to the second (as the API server stores it, so
@@ -588,35 +616,58 @@ mod pace_tests {
         }
     }
 
-    #[test]
-    fn only_hops_between_down_states_are_paced() {
-        let mut down = std::collections::BTreeSet::new();
-        // the first status, down: news
-        assert_eq!(
-            status_pace(&mut down, "r1", &status(FsmState::Active)),
-            None
-        );
-        // Active -> Connect -> Active: paced
-        for s in [FsmState::Connect, FsmState::Active, FsmState::Idle] {
-            assert_eq!(
-                status_pace(&mut down, "r1", &status(s)),
-                Some(DOWN_STATUS_INTERVAL)
-            );
+    fn at(state: FsmState, secs: i64, error: &str) -> BGPSessionStatusStatus {
+        BGPSessionStatusStatus {
+            last_transition_time: Some(time_of(
+                SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs as u64),
+            )),
+            last_error: error.to_owned(),
+            ..status(state)
         }
+    }
+
+    #[test]
+    fn hops_between_down_states_are_not_published() {
+        let mut hold = DownHold::default();
+        // the first status, down: news, as it is
+        let first = at(FsmState::Active, 10, "connection refused");
+        assert_eq!(hold.publish("r1", first.clone()), (first.clone(), None));
+        // Active -> Connect -> Active -> Idle with the same error: the same status
+        // (nothing for the writer to write), paced
+        for (i, s) in [FsmState::Connect, FsmState::Active, FsmState::Idle]
+            .into_iter()
+            .enumerate()
+        {
+            let (published, pace) = hold.publish("r1", at(s, 20 + i as i64, "connection refused"));
+            assert_eq!(published, first, "{s:?}");
+            assert_eq!(pace, Some(DOWN_STATUS_INTERVAL));
+        }
+        // a new error is published, with the state and time it went down
+        let (published, pace) = hold.publish("r1", at(FsmState::Connect, 40, "no route"));
+        assert_eq!(
+            published,
+            BGPSessionStatusStatus {
+                last_error: "no route".into(),
+                ..first.clone()
+            }
+        );
+        assert_eq!(pace, Some(DOWN_STATUS_INTERVAL));
         // another peer is its own
-        assert_eq!(status_pace(&mut down, "r2", &status(FsmState::Idle)), None);
-        // coming up, then going down again: both at once
+        let other = at(FsmState::Idle, 50, "");
+        assert_eq!(hold.publish("r2", other.clone()), (other, None));
+        // coming up, then going down again: both as they are, at once
+        let up = at(FsmState::Established, 60, "");
+        assert_eq!(hold.publish("r1", up.clone()), (up, None));
+        let down = at(FsmState::Active, 70, "hold timer expired");
+        assert_eq!(hold.publish("r1", down.clone()), (down.clone(), None));
         assert_eq!(
-            status_pace(&mut down, "r1", &status(FsmState::Established)),
-            None
+            hold.publish("r1", at(FsmState::Connect, 80, "hold timer expired"))
+                .0,
+            down
         );
-        assert_eq!(
-            status_pace(&mut down, "r1", &status(FsmState::Active)),
-            None
-        );
-        assert_eq!(
-            status_pace(&mut down, "r1", &status(FsmState::Connect)),
-            Some(DOWN_STATUS_INTERVAL)
-        );
+        // a removed session starts afresh
+        hold.remove("r1");
+        let again = at(FsmState::Connect, 90, "x");
+        assert_eq!(hold.publish("r1", again.clone()), (again, None));
     }
 }

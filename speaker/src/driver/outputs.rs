@@ -37,9 +37,8 @@ pub struct Outputs {
     pub l2_status: StatusWriter<ServiceL2Status>,
     /// BGPSessionStatus objects of this node.
     pub session_status: StatusWriter<BGPSessionStatus>,
-    /// Sessions whose last status handed to `session_status` was not
-    /// Established.
-    pub sessions_down: std::collections::BTreeSet<String>,
+    /// What is published of the sessions that are not Established.
+    pub sessions_down: crate::bgp_speaker::DownHold,
     /// `metallb_speaker_announced`.
     pub announced: crate::metrics::Announced,
     /// Events (`nodeAssigned`, `announceFailed`, `NotAnnounceable`), sent by
@@ -146,7 +145,7 @@ impl Outputs {
             let identity = Labels::from([(LABEL_PEER.to_owned(), peer.clone())]);
             match status {
                 Some(s) => {
-                    let pace = crate::bgp_speaker::status_pace(&mut self.sessions_down, &peer, &s);
+                    let (s, pace) = self.sessions_down.publish(&peer, s);
                     let mut desired = Desired::new(s).owner(self.owner.clone());
                     if let Some(interval) = pace {
                         desired = desired.min_interval(interval);
