@@ -273,15 +273,27 @@ pub struct SliceIndex {
     map: Arc<RwLock<Map>>,
 }
 
-type Map = HashMap<String, BTreeMap<String, Arc<LeanSlice>>>;
+/// Per Service key, its slices sorted by name (a Service has a few: a sorted
+/// `Vec` holds them in a fraction of a `BTreeMap`'s nodes).
+type Map = HashMap<String, Vec<Arc<LeanSlice>>>;
 
-fn slice_name(slice: &LeanSlice) -> String {
-    slice.metadata.name.clone().unwrap_or_default()
+fn slice_name(slice: &LeanSlice) -> &str {
+    slice.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// Inserts `slice` into the sorted `slices`, replacing the one of its name.
+fn insert_sorted(slices: &mut Vec<Arc<LeanSlice>>, slice: Arc<LeanSlice>) {
+    match slices.binary_search_by(|s| slice_name(s).cmp(slice_name(&slice))) {
+        Ok(i) => slices[i] = slice,
+        Err(i) => slices.insert(i, slice),
+    }
 }
 
 fn remove_from(map: &mut Map, key: &str, name: &str) {
     if let Some(slices) = map.get_mut(key) {
-        slices.remove(name);
+        if let Ok(i) = slices.binary_search_by(|s| slice_name(s).cmp(name)) {
+            slices.remove(i);
+        }
         if slices.is_empty() {
             map.remove(key);
         }
@@ -305,22 +317,21 @@ impl SliceIndex {
     /// Records `slice` (added or modified); `old` is its previous version,
     /// when known, so a slice whose label moved leaves its old Service.
     pub fn apply(&self, old: Option<&LeanSlice>, slice: Arc<LeanSlice>) {
-        let name = slice_name(&slice);
         let mut map = self.write();
         if let Some(old_key) = old.and_then(service_key)
             && service_key(&slice).as_deref() != Some(&old_key)
         {
-            remove_from(&mut map, &old_key, &name);
+            remove_from(&mut map, &old_key, slice_name(&slice));
         }
         if let Some(key) = service_key(&slice) {
-            map.entry(key).or_default().insert(name, slice);
+            insert_sorted(map.entry(key).or_default(), slice);
         }
     }
 
     /// Forgets `slice` (deleted).
     pub fn remove(&self, slice: &LeanSlice) {
         if let Some(key) = service_key(slice) {
-            remove_from(&mut self.write(), &key, &slice_name(slice));
+            remove_from(&mut self.write(), &key, slice_name(slice));
         }
     }
 
@@ -329,18 +340,16 @@ impl SliceIndex {
         let mut map = Map::new();
         for s in slices {
             if let Some(key) = service_key(&s) {
-                map.entry(key).or_default().insert(slice_name(&s), s);
+                insert_sorted(map.entry(key).or_default(), s);
             }
         }
+        map.values_mut().for_each(Vec::shrink_to_fit);
         *self.write() = map;
     }
 
     /// The slices of the Service `key` (`namespace/name`), by slice name.
     pub fn slices(&self, key: &str) -> Vec<Arc<LeanSlice>> {
-        self.read()
-            .get(key)
-            .map(|s| s.values().cloned().collect())
-            .unwrap_or_default()
+        self.read().get(key).cloned().unwrap_or_default()
     }
 
     /// The number of Services with at least one slice.
@@ -605,6 +614,11 @@ mod tests {
         assert!(names("other/web").is_empty());
         assert_eq!(idx.services(), 1);
 
+        idx.replace_all([b.clone(), a.clone()]);
+        assert_eq!(names("ns/web"), ["web-a", "web-b"]);
+        // Kept in name order whatever the order of arrival.
+        idx.apply(None, Arc::new(slice("ns", "web-0", Some("web"), vec![])));
+        assert_eq!(names("ns/web"), ["web-0", "web-a", "web-b"]);
         idx.replace_all([a, b]);
         assert_eq!(names("ns/web"), ["web-a", "web-b"]);
         assert!(names("ns/api").is_empty());
