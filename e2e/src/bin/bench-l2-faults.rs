@@ -18,6 +18,15 @@
 //! in the election's order for it), each `--rounds` times, with the speakers settled
 //! (every address answered by one node for 3 s) before each round:
 //! - `quiet`: nothing for 10 s (the prober's noise floor);
+//! - `kill`: the owner's speaker SIGKILLed and started again at once, the API server up;
+//! - `term`: the owner's speaker SIGTERMed and started again once it has exited (at
+//!   most [`TERM_GRACE`], then SIGKILL; the time it took is `term_exit_ms`);
+//! - `cut`: the owner's cable cut silently for 5 s, then restored;
+//! - `nonowner-cut`: the cable of a node that is neither the owner nor the successor
+//!   (the third in the election's order for 198.51.100.90) cut for 5 s: its own
+//!   addresses are an owner cut, the others must not move (`split`: figures for the
+//!   cut node's own addresses and for the others, per family);
+//! - `flap`: the owner's cable cut for 1 s and restored for 1 s, 10 times;
 //! - `sabotage` (not in the default list: the prober's own check): for 5 s a node other
 //!   than its owner holds 198.51.100.90, and one other than its owner the first IPv6
 //!   address, on its interface (its kernel answers ARP / NS for it): both must count
@@ -29,7 +38,8 @@
 //! - `partition`: the owner's UDP port 7946 dropped (in and out) for 15 s, its clients
 //!   still reach it (item 2);
 //! - `stall`: the owner's speaker SIGSTOPped for 0.6 s, 5 times 5 s apart (item 4);
-//! - `watcher-flap`: the successor's cable cut for 2 s (item 3: nothing should move);
+//! - `watcher-flap`: the successor's cable cut for 2 s (item 3: nothing should move;
+//!   `split` as for `nonowner-cut`);
 //! - `long-cut`: the owner's cable cut for 20 s, then restored (item 5: the rejoin);
 //! - `flood`: 10 s of UDP datagrams (64 bytes of garbage) to the owner's port 7946 from
 //!   the client namespace at `--flood-rate` per second (item 6);
@@ -46,10 +56,16 @@
 //! A speaker that exits during an API server fault is started again at once (the
 //! kubelet's part, without its back-off), counted in `speaker_restarts`.
 //!
+//! `--gap` idles before each round: our membership damps an owner that came back
+//! after a takeover for 60 s (more confirmation rounds), so cut rounds closer than
+//! that measure a flapping owner, not a first cut.
+//!
 //! Each round is measured from the fault to `--post` seconds after it is undone: per
 //! address ms dark, ms double, owner changes (a change of the one answering node), the
 //! time from the fault to the final owner (the start of the last run of slots answered
-//! by it alone). Network: only the lab's addresses (`testkit::plan`), counts and times
+//! by it alone). Over the rounds of a fault, per family: p50, p99 (nearest rank) and
+//! max of the worst address's dark and double ms (`dark_worst_ms`, `double_worst_ms`;
+//! for a `split`, also of the cut node's own addresses and of the others). Network: only the lab's addresses (`testkit::plan`), counts and times
 //! bounded.
 
 use std::collections::BTreeMap;
@@ -78,7 +94,7 @@ const USAGE: &str = "\
 usage: bench-l2-faults [--impl ours|metallb|both] [--fence | --ml-self-fence]
                        [--speakers N] [--services N] [--services6 N] [--rounds R]
                        [--faults LIST]
-                       [--post SECS] [--flood-rate N] [--soak SECS] [--soak-shares N]
+                       [--post SECS] [--gap SECS] [--flood-rate N] [--soak SECS] [--soak-shares N]
                        [--ours-bin DIR]
                        [--metallb-bin DIR] [--out FILE]
 
@@ -91,11 +107,14 @@ MetalLB's speaker with memberlist as the anchor in the same run:
   --services N     IPv4 L2 Services, one address each (default 12, 2 to 50)
   --services6 N    IPv6 L2 Services, one address each (default 12, 0 to 50)
   --rounds R       rounds of each fault (default 3)
-  --faults LIST    default quiet,restart-api-away,restart-api-killed,partition,stall,
-                   watcher-flap,long-cut,flood,two-speakers-loss (also: sabotage, the
-                   prober's check; soak); two-speakers-loss runs in a 2-speaker lab of
-                   its own
+  --faults LIST    default quiet,kill,term,cut,nonowner-cut,flap,restart-api-away,
+                   restart-api-killed,partition,stall,watcher-flap,long-cut,flood,
+                   two-speakers-loss (also: sabotage, the prober's check; soak);
+                   two-speakers-loss runs in a 2-speaker lab of its own; nonowner-cut
+                   needs 3 speakers or more
   --post SECS      measured after each fault is undone (default 20)
+  --gap SECS       idle before each round (default 0; 61 lets the membership forget a
+                   cut owner's earlier flaps: its damping memory is 60 s)
   --flood-rate N   datagrams per second of the flood (default 20000, at most 50000)
   --soak SECS      length of the soak fault (default 600, at most 3600)
   --soak-shares N  cpu.shares of the speakers' cgroup in the soak (default 102, 2 to 1024)
@@ -111,6 +130,14 @@ const SERVICE_CIDR_RANGE: &str = "198.18.176.0/20";
 const PROBE: &str = "198.51.100.90";
 /// The first IPv6 address (the pool is `plan::POOL_V6`, 2001:db8:100::/120).
 const PROBE6: &str = "2001:db8:100::90";
+/// `term`: how long the owner's speaker may take to exit before it is SIGKILLed.
+const TERM_GRACE: Duration = Duration::from_secs(10);
+/// `cut` and `nonowner-cut`: how long the cable stays cut.
+const CUT_FOR: Duration = Duration::from_secs(5);
+/// `flap`: cut for the first, restored for the second, [`FLAPS`] times.
+const FLAP_CUT: Duration = Duration::from_secs(1);
+const FLAP_UP: Duration = Duration::from_secs(1);
+const FLAPS: usize = 10;
 /// How long the API server stays away (`restart-api-*`).
 const API_AWAY: Duration = Duration::from_secs(15);
 /// `two-speakers-loss`: the loss and how long it lasts.
@@ -137,6 +164,11 @@ const FLOOD_PAYLOAD: usize = 64;
 enum Fault {
     Quiet,
     Sabotage,
+    Kill,
+    Term,
+    Cut,
+    NonownerCut,
+    Flap,
     RestartApiAway,
     RestartApiKilled,
     Partition,
@@ -148,9 +180,14 @@ enum Fault {
     Soak,
 }
 
-const ALL_FAULTS: [Fault; 11] = [
+const ALL_FAULTS: [Fault; 16] = [
     Fault::Quiet,
     Fault::Sabotage,
+    Fault::Kill,
+    Fault::Term,
+    Fault::Cut,
+    Fault::NonownerCut,
+    Fault::Flap,
     Fault::RestartApiAway,
     Fault::RestartApiKilled,
     Fault::Partition,
@@ -167,6 +204,11 @@ impl Fault {
         match self {
             Fault::Quiet => "quiet",
             Fault::Sabotage => "sabotage",
+            Fault::Kill => "kill",
+            Fault::Term => "term",
+            Fault::Cut => "cut",
+            Fault::NonownerCut => "nonowner-cut",
+            Fault::Flap => "flap",
             Fault::RestartApiAway => "restart-api-away",
             Fault::RestartApiKilled => "restart-api-killed",
             Fault::Partition => "partition",
@@ -220,6 +262,7 @@ struct Opts {
     rounds: usize,
     faults: Vec<Fault>,
     post: Duration,
+    gap: Duration,
     flood_rate: u32,
     soak: Duration,
     soak_shares: u64,
@@ -243,6 +286,7 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
             .filter(|f| *f != Fault::Sabotage && *f != Fault::Soak)
             .collect(),
         post: Duration::from_secs(20),
+        gap: Duration::ZERO,
         flood_rate: 20_000,
         soak: Duration::from_secs(600),
         soak_shares: 102,
@@ -264,6 +308,7 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
             "--rounds" => o.rounds = val()?.parse().context("--rounds")?,
             "--faults" => o.faults = val()?.split(',').map(Fault::parse).collect::<Result<_>>()?,
             "--post" => o.post = Duration::from_secs(val()?.parse().context("--post")?),
+            "--gap" => o.gap = Duration::from_secs(val()?.parse().context("--gap")?),
             "--flood-rate" => o.flood_rate = val()?.parse().context("--flood-rate")?,
             "--soak" => o.soak = Duration::from_secs(val()?.parse().context("--soak")?),
             "--soak-shares" => o.soak_shares = val()?.parse().context("--soak-shares")?,
@@ -282,6 +327,7 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
     ensure!(o.services6 <= 50, "--services6: 0 to 50");
     ensure!((1..=50).contains(&o.rounds), "--rounds: 1 to 50");
     ensure!(o.post <= Duration::from_secs(120), "--post: at most 120 s");
+    ensure!(o.gap <= Duration::from_secs(600), "--gap: at most 600 s");
     ensure!(
         (1..=50_000).contains(&o.flood_rate),
         "--flood-rate: 1 to 50000 per second"
@@ -394,6 +440,7 @@ async fn run_all(lab: &Lab, opts: &Opts) -> Result<()> {
                 }
             }
             println!("{}", table(&rows));
+            println!("{}", percentile_table(&rows));
             of_variant.insert(format!("{speakers}-speakers"), figures);
             all.insert(variant.name().into(), Value::Object(of_variant.clone()));
             if let Some(out) = &opts.out {
@@ -766,6 +813,7 @@ impl Bench<'_> {
             let mut rounds = Vec::new();
             let mut failures = Vec::new();
             for round in 0..opts.rounds {
+                tokio::time::sleep(opts.gap).await;
                 match self.round(fault, &ips, opts.post).await {
                     Ok(r) => {
                         eprintln!(
@@ -880,6 +928,18 @@ impl Bench<'_> {
         let before = self.settle(ips).await?;
         let expected = hash_order(self.l.nodes, PROBE)[0];
         let (owner, successor) = (before.owner, before.successor);
+        // The node whose cable a `split` fault cuts: its own addresses are reported
+        // apart from the others'.
+        let cut_node = match fault {
+            Fault::WatcherFlap => Some(successor),
+            Fault::NonownerCut => Some(
+                hash_order(self.l.nodes, PROBE)
+                    .into_iter()
+                    .find(|n| *n != owner && *n != successor)
+                    .context("nonowner-cut needs 3 speakers or more")?,
+            ),
+            _ => None,
+        };
         let t0 = Instant::now();
         // The wall clock of the fault, to find it in the speakers' logs.
         let t0_unix = std::time::SystemTime::now()
@@ -914,6 +974,37 @@ impl Bench<'_> {
                     h.remove()?;
                 }
             }
+            Fault::Kill => {
+                self.kill_speaker(owner)?;
+                self.l.start_speaker(owner)?;
+            }
+            Fault::Term => {
+                let mut c = self.l.speakers[owner - 1]
+                    .take()
+                    .context("the owner's speaker")?;
+                let status = tokio::task::block_in_place(|| c.stop_with(Signal::TERM, TERM_GRACE))?;
+                extra["term_exit_ms"] = json!(t0.elapsed().as_millis() as u64);
+                extra["term_status"] = json!(status.to_string());
+                self.l.start_speaker(owner)?;
+            }
+            Fault::Cut | Fault::NonownerCut => {
+                let node = if fault == Fault::Cut {
+                    owner
+                } else {
+                    cut_node.context("the node to cut")?
+                };
+                let cut = self.l.net.net.cut_cable(&plan::node_name(node))?;
+                tokio::time::sleep(CUT_FOR).await;
+                cut.restore()?;
+            }
+            Fault::Flap => {
+                for _ in 0..FLAPS {
+                    let cut = self.l.net.net.cut_cable(&plan::node_name(owner))?;
+                    tokio::time::sleep(FLAP_CUT).await;
+                    cut.restore()?;
+                    tokio::time::sleep(FLAP_UP).await;
+                }
+            }
             Fault::RestartApiAway => {
                 let pid_file = self.l.lab.env.state_dir.join("run/kube-apiserver.pid");
                 let pid: u32 = std::fs::read_to_string(&pid_file)
@@ -921,11 +1012,7 @@ impl Bench<'_> {
                     .trim()
                     .parse()?;
                 let frozen = Stopped::stop(pid);
-                if let Some(mut c) = self.l.speakers[owner - 1].take() {
-                    tokio::task::block_in_place(|| {
-                        c.stop_with(Signal::KILL, Duration::from_secs(5))
-                    })?;
-                }
+                self.kill_speaker(owner)?;
                 self.l.start_speaker(owner)?;
                 let restarts = self.sleep_supervised(API_AWAY).await?;
                 drop(frozen);
@@ -938,11 +1025,7 @@ impl Bench<'_> {
                     api: &api,
                     down: true,
                 };
-                if let Some(mut c) = self.l.speakers[owner - 1].take() {
-                    tokio::task::block_in_place(|| {
-                        c.stop_with(Signal::KILL, Duration::from_secs(5))
-                    })?;
-                }
+                self.kill_speaker(owner)?;
                 self.l.start_speaker(owner)?;
                 let restarts = self
                     .sleep_supervised(API_AWAY.saturating_sub(t0.elapsed()))
@@ -1084,9 +1167,7 @@ impl Bench<'_> {
                 .find(|i| before.owners[*i] == Some(owner))
                 .unwrap_or(idx[0]);
             let fs: Vec<&AddrFigures> = idx.iter().map(|i| &figures[*i]).collect();
-            summary.insert(
-                fam.into(),
-                json!({
+            let mut fam_summary = json!({
                     "addresses": idx.len(),
                     "probe": ips[probe],
                     "dark_sum_ms": fs.iter().map(|f| f.dark_ms).sum::<u64>(),
@@ -1098,8 +1179,17 @@ impl Bench<'_> {
                     "probe_to_final_ms": figures[probe].to_final_ms,
                     "max_to_final_ms": fs.iter().map(|f| f.to_final_ms).max().unwrap_or(0),
                     "unprobed_ms": fs.iter().map(|f| f.unprobed_ms).max().unwrap_or(0),
-                }),
-            );
+            });
+            if let Some(c) = cut_node {
+                let (own, others): (Vec<usize>, Vec<usize>) =
+                    idx.iter().partition(|i| before.owners[**i] == Some(c));
+                fam_summary["split"] = json!({
+                    "cut_node": c,
+                    "own": part_figures(&own, &figures),
+                    "others": part_figures(&others, &figures),
+                });
+            }
+            summary.insert(fam.into(), fam_summary);
         }
         let mut r = json!({
             "owner": owner,
@@ -1117,6 +1207,14 @@ impl Bench<'_> {
             }
         }
         Ok(r)
+    }
+
+    /// SIGKILLs node `n`'s speaker (its process group) and reaps it.
+    fn kill_speaker(&mut self, n: usize) -> Result<()> {
+        if let Some(mut c) = self.l.speakers[n - 1].take() {
+            tokio::task::block_in_place(|| c.stop_with(Signal::KILL, Duration::from_secs(5)))?;
+        }
+        Ok(())
     }
 
     /// Starts again every speaker that exited, as the kubelet would (at once here: the
@@ -1385,8 +1483,42 @@ fn parse_mac(s: &str) -> Result<MacAddr> {
     Ok(MacAddr(a))
 }
 
+/// The figures of some of a round's addresses (`idx`): the cut node's own or the
+/// others (`split`).
+fn part_figures(idx: &[usize], figures: &[AddrFigures]) -> Value {
+    let fs: Vec<&AddrFigures> = idx.iter().map(|i| &figures[*i]).collect();
+    json!({
+        "addresses": fs.len(),
+        "dark_sum_ms": fs.iter().map(|f| f.dark_ms).sum::<u64>(),
+        "dark_max_ms": fs.iter().map(|f| f.dark_ms).max().unwrap_or(0),
+        "double_sum_ms": fs.iter().map(|f| f.double_ms).sum::<u64>(),
+        "double_max_ms": fs.iter().map(|f| f.double_ms).max().unwrap_or(0),
+        "changes": fs.iter().map(|f| f.changes).sum::<u32>(),
+    })
+}
+
+/// The `p`-th percentile of `v` by nearest rank: the smallest value such that at
+/// least `p` % of the values are at or below it (the value of rank ceil(p/100 * n)).
+fn nearest_rank(v: &[f64], p: f64) -> Option<f64> {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n == 0 {
+        return None;
+    }
+    let rank = ((p / 100.0 * n as f64).ceil() as usize).clamp(1, n);
+    Some(s[rank - 1])
+}
+
+/// p50, p99 (nearest rank) and max of `v`, with how many values.
+fn percentiles(v: &[f64]) -> Value {
+    let p = |q| nearest_rank(v, q).map_or(Value::Null, |x| json!(x));
+    json!({"n": v.len(), "p50": p(50.0), "p99": p(99.0), "max": p(100.0)})
+}
+
 /// Over the rounds of one fault, for one address family: sums as the mean per round,
-/// maxima as the maximum.
+/// maxima as the maximum; the worst address's dark and double ms as percentiles (and,
+/// for a `split` fault, those of the cut node's own addresses and of the others).
 fn summarise(rounds: &[Value], fam: &str) -> Value {
     let get = |k: &str| -> Vec<f64> {
         rounds
@@ -1408,8 +1540,23 @@ fn summarise(rounds: &[Value], fam: &str) -> Value {
             .reduce(f64::max)
             .map_or(Value::Null, |m| json!(m))
     };
-    json!({
+    let at = |path: &[&str]| -> Vec<f64> {
+        rounds
+            .iter()
+            .filter_map(|r| path.iter().fold(&r["summary"][fam], |v, k| &v[*k]).as_f64())
+            .collect()
+    };
+    let mean_of = |v: Vec<f64>| {
+        if v.is_empty() {
+            Value::Null
+        } else {
+            json!((v.iter().sum::<f64>() / v.len() as f64 * 10.0).round() / 10.0)
+        }
+    };
+    let mut s = json!({
         "rounds": rounds.len(),
+        "dark_worst_ms": percentiles(&get("dark_max_ms")),
+        "double_worst_ms": percentiles(&get("double_max_ms")),
         "addresses": max("addresses"),
         "dark_sum_ms": mean("dark_sum_ms"),
         "dark_max_ms": max("dark_max_ms"),
@@ -1421,7 +1568,69 @@ fn summarise(rounds: &[Value], fam: &str) -> Value {
         "max_to_final_ms": max("max_to_final_ms"),
         "unprobed_ms": max("unprobed_ms"),
         "not_expected_owner": rounds.iter().filter(|r| r["owner"] != r["expected_owner"]).count(),
-    })
+    });
+    for part in ["own", "others"] {
+        let dark = at(&["split", part, "dark_max_ms"]);
+        if dark.is_empty() {
+            continue;
+        }
+        s["split"][part] = json!({
+            "addresses": at(&["split", part, "addresses"]).into_iter().reduce(f64::max),
+            "dark_worst_ms": percentiles(&dark),
+            "double_worst_ms": percentiles(&at(&["split", part, "double_max_ms"])),
+            "changes": mean_of(at(&["split", part, "changes"])),
+        });
+    }
+    s
+}
+
+/// The percentiles over the rounds: per implementation, fault and family, all its
+/// addresses and, for a `split` fault, the cut node's own and the others.
+fn percentile_table(rows: &[(&str, &str, &str, Value)]) -> String {
+    let line = |c: [&str; 12]| {
+        format!(
+            "{:<11} {:<18} {:<4} {:<6} {:>2} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}\n",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11]
+        )
+    };
+    let mut s = line([
+        "impl", "fault", "fam", "addrs", "R", "dark", "dark", "dark", "double", "double", "double",
+        "changes",
+    ]);
+    s += &line([
+        "", "", "", "", "", "p50 ms", "p99 ms", "max ms", "p50 ms", "p99 ms", "max ms", "/round",
+    ]);
+    let f = |v: &Value| match v {
+        Value::Null => "-".to_owned(),
+        v => v.to_string(),
+    };
+    for (variant, fault, fam, v) in rows {
+        let fam = if *fam == "IPv4" { "v4" } else { "v6" };
+        let mut parts = vec![("all", v)];
+        for part in ["own", "others"] {
+            if !v["split"][part].is_null() {
+                parts.push((part, &v["split"][part]));
+            }
+        }
+        for (part, p) in parts {
+            let (d, x) = (&p["dark_worst_ms"], &p["double_worst_ms"]);
+            s += &line([
+                variant,
+                fault,
+                fam,
+                part,
+                &f(&v["rounds"]),
+                &f(&d["p50"]),
+                &f(&d["p99"]),
+                &f(&d["max"]),
+                &f(&x["p50"]),
+                &f(&x["p99"]),
+                &f(&x["max"]),
+                &f(&p["changes"]),
+            ]);
+        }
+    }
+    s
 }
 
 fn table(rows: &[(&str, &str, &str, Value)]) -> String {
@@ -1584,7 +1793,49 @@ mod tests {
         for f in ALL_FAULTS {
             assert_eq!(Fault::parse(f.name()).unwrap(), f);
         }
-        assert!(Fault::parse("kill").is_err());
+        assert!(Fault::parse("nonsense").is_err());
+    }
+
+    #[test]
+    fn percentiles_by_nearest_rank() {
+        // 30 rounds: p50 is the 15th, p99 the 30th (ceil(29.7)).
+        let v: Vec<f64> = (1..=30).rev().map(f64::from).collect();
+        assert_eq!(nearest_rank(&v, 50.0), Some(15.0));
+        assert_eq!(nearest_rank(&v, 99.0), Some(30.0));
+        assert_eq!(nearest_rank(&v, 100.0), Some(30.0));
+        // 200 values: p99 is the 198th, not the max.
+        let v: Vec<f64> = (1..=200).map(f64::from).collect();
+        assert_eq!(nearest_rank(&v, 99.0), Some(198.0));
+        assert_eq!(nearest_rank(&[7.0], 50.0), Some(7.0));
+        assert_eq!(nearest_rank(&[], 50.0), None);
+        assert_eq!(
+            percentiles(&[20.0, 0.0, 460.0]),
+            json!({"n": 3, "p50": 20.0, "p99": 460.0, "max": 460.0})
+        );
+    }
+
+    #[test]
+    fn summary_percentiles_and_split_over_rounds() {
+        let round = |dark: u64, own: u64, others: u64| {
+            json!({"owner": 2, "expected_owner": 2, "summary": {"IPv4": {
+                "dark_max_ms": dark, "double_max_ms": 0, "changes": 2,
+                "split": {"cut_node": 3,
+                    "own": {"addresses": 4, "dark_max_ms": own, "double_max_ms": 20, "changes": 2},
+                    "others": {"addresses": 8, "dark_max_ms": others, "double_max_ms": 0, "changes": 0}},
+            }}})
+        };
+        let rounds = [round(500, 500, 0), round(440, 440, 20), round(460, 460, 0)];
+        let s = summarise(&rounds, "IPv4");
+        assert_eq!(s["dark_worst_ms"]["p50"], json!(460.0));
+        assert_eq!(s["dark_worst_ms"]["p99"], json!(500.0));
+        assert_eq!(s["split"]["others"]["dark_worst_ms"]["max"], json!(20.0));
+        assert_eq!(s["split"]["own"]["double_worst_ms"]["p50"], json!(20.0));
+        assert_eq!(s["split"]["own"]["changes"], json!(2.0));
+        // No split without one in the rounds.
+        assert!(summarise(&rounds, "IPv6")["split"].is_null());
+        let t = percentile_table(&[("ours", "nonowner-cut", "IPv4", s)]);
+        assert_eq!(t.lines().count(), 5, "{t}");
+        assert!(t.lines().any(|l| l.contains(" others ")), "{t}");
     }
 
     #[test]
