@@ -1600,9 +1600,11 @@ fn percentile_table(rows: &[(&str, &str, &str, Value)]) -> String {
     s += &line([
         "", "", "", "", "", "p50 ms", "p99 ms", "max ms", "p50 ms", "p99 ms", "max ms", "/round",
     ]);
-    let f = |v: &Value| match v {
-        Value::Null => "-".to_owned(),
-        v => v.to_string(),
+    // Whole milliseconds without a fraction.
+    let f = |v: &Value| match v.as_f64() {
+        None => "-".to_owned(),
+        Some(x) if x.fract() == 0.0 => format!("{x:.0}"),
+        Some(x) => x.to_string(),
     };
     for (variant, fault, fam, v) in rows {
         let fam = if *fam == "IPv4" { "v4" } else { "v6" };
