@@ -11,8 +11,12 @@
 //! does) per IPv6 address, and records, per address and 20 ms slot, EVERY node MAC
 //! that answered or claimed the address in that slot (ARP replies and gratuitous ARP;
 //! Neighbor Advertisements, solicited or not). A slot with no MAC is dark; one with two
-//! or more distinct MACs is double. A slot whose requests did not go out (the prober
-//! was late) is unprobed and counted in neither. Figures are per family.
+//! or more distinct MACs is double. Of the double slots, those with two answers at
+//! once are overlap ([`Overlap`]: two nodes answered the slot's request, one answered
+//! after another's frame, or one claimed again after another's); a move inside a slot
+//! (the old node answered the slot's request, then the new one claimed) is double, not
+//! overlap. A slot whose requests did not go out (the prober was late) is unprobed and
+//! counted in none. Figures are per family.
 //!
 //! Faults (the owner is the node answering 198.51.100.90, the successor the next node
 //! in the election's order for it), each `--rounds` times, with the speakers settled
@@ -470,6 +474,8 @@ struct ProbeLog {
     /// Per address, per slot: the nodes that answered or claimed it (bit n-1 for node
     /// n; bit 7 for a MAC that is no node's).
     seen: Vec<Vec<u8>>,
+    /// Per address, per slot: two answers at once ([`Overlap`]).
+    overlap: Vec<Vec<bool>>,
     send_errors: u64,
 }
 
@@ -530,6 +536,7 @@ impl Prober {
             start: Instant::now(),
             sent: Vec::new(),
             seen: vec![Vec::new(); addrs.len()],
+            overlap: vec![Vec::new(); addrs.len()],
             send_errors: 0,
         }));
         let stop = Arc::new(AtomicBool::new(false));
@@ -576,8 +583,9 @@ impl Prober {
             .map_err(|_| anyhow::anyhow!("the prober panicked"))?
     }
 
-    /// Copies of `sent` and each address's slots from `from` to `to`.
-    fn window(&self, from: Instant, to: Instant) -> (Vec<bool>, Vec<Vec<u8>>) {
+    /// Copies of `sent` and each address's slots from `from` to `to` (who answered or
+    /// claimed, and whether that was an [`Overlap`]).
+    fn window(&self, from: Instant, to: Instant) -> (Vec<bool>, Vec<Vec<u8>>, Vec<Vec<bool>>) {
         let log = self.log.lock().expect("probe log");
         let slot = |t: Instant| {
             (t.saturating_duration_since(log.start).as_nanos() / SLOT.as_nanos()) as usize
@@ -587,6 +595,7 @@ impl Prober {
         (
             log.sent[a..b].to_vec(),
             log.seen.iter().map(|s| s[a..b].to_vec()).collect(),
+            log.overlap.iter().map(|s| s[a..b].to_vec()).collect(),
         )
     }
 
@@ -595,18 +604,60 @@ impl Prober {
     }
 }
 
-/// The claim a frame makes, if any: (the address, the MAC claiming it). ARP: a reply
-/// or a gratuitous request (sender = target); IPv6: a Neighbor Advertisement, solicited
-/// or not, its target link-layer address (else the frame's source). Not our own frames.
-fn claim_of(frame: &[u8], ours: MacAddr) -> Option<(IpAddr, MacAddr)> {
+/// The claim a frame makes, if any: (the address, the MAC claiming it, whether it
+/// answers a request). ARP: a reply or a gratuitous request (sender = target), an
+/// answer when a reply whose target is not the address itself (not gratuitous); IPv6:
+/// a Neighbor Advertisement, solicited or not, its target link-layer address (else the
+/// frame's source), an answer when solicited. Not our own frames.
+fn claim_of(frame: &[u8], ours: MacAddr) -> Option<(IpAddr, MacAddr, bool)> {
     if let Ok(f) = ArpFrame::decode(frame) {
         let a = f.arp;
-        let claim = a.op == ArpOp::Reply || (a.op == ArpOp::Request && a.sender_ip == a.target_ip);
-        return (claim && a.sender_mac != ours).then_some((a.sender_ip.into(), a.sender_mac));
+        let gratuitous = a.sender_ip == a.target_ip;
+        let claim = a.op == ArpOp::Reply || (a.op == ArpOp::Request && gratuitous);
+        let answer = a.op == ArpOp::Reply && !gratuitous;
+        return (claim && a.sender_mac != ours).then_some((
+            a.sender_ip.into(),
+            a.sender_mac,
+            answer,
+        ));
     }
     let (eth, _, na) = NeighborAdvertisement::decode_frame(frame).ok()?;
     let mac = na.target_lla.unwrap_or(eth.src);
-    (eth.src != ours && mac != ours).then_some((na.target.into(), mac))
+    (eth.src != ours && mac != ours).then_some((na.target.into(), mac, na.solicited))
+}
+
+/// Two answers at once within one slot, as opposed to a move inside it (which
+/// `double` also counts: the old node answered the slot's request, then the new one
+/// claimed; the request goes out at the slot's start): two nodes answered the
+/// request, a node answered after another's frame in the slot, or a node claimed
+/// again after another's (A, B, A).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Overlap {
+    slot: usize,
+    /// The nodes that answered a request in the slot.
+    answered: u8,
+    /// The last to answer or claim.
+    last: u8,
+}
+
+impl Overlap {
+    /// Records a claim by `bit` (`answer`: to a request) in `slot`, `seen` the slot's
+    /// claimers before it; whether the slot is now an overlap.
+    fn claim(&mut self, slot: usize, seen: u8, bit: u8, answer: bool) -> bool {
+        if self.slot != slot {
+            *self = Overlap {
+                slot,
+                ..Overlap::default()
+            };
+        }
+        let after_other = self.last != 0 && self.last != bit;
+        let overlap = after_other && (answer || seen & bit != 0);
+        if answer {
+            self.answered |= bit;
+        }
+        self.last = bit;
+        overlap || self.answered.count_ones() >= 2
+    }
 }
 
 fn probe_loop(
@@ -632,6 +683,7 @@ fn probe_loop(
         .collect();
     let start = log.lock().expect("probe log").start;
     let mut buf = [0u8; 512];
+    let mut overlaps = vec![Overlap::default(); addrs.len()];
     while !stop.load(Ordering::Relaxed) {
         let now = (start.elapsed().as_nanos() / SLOT.as_nanos()) as usize;
         let due = {
@@ -643,10 +695,16 @@ fn probe_loop(
                     for s in l.seen.iter_mut() {
                         s.push(0);
                     }
+                    for s in l.overlap.iter_mut() {
+                        s.push(false);
+                    }
                 }
                 l.sent.push(true);
                 for s in l.seen.iter_mut() {
                     s.push(0);
+                }
+                for s in l.overlap.iter_mut() {
+                    s.push(false);
                 }
                 true
             } else {
@@ -666,7 +724,7 @@ fn probe_loop(
         }
         for sock in [&socks.arp, &socks.ndp] {
             while let Ok(n) = sock.recv(&mut buf) {
-                let Some((ip, claimer)) = claim_of(&buf[..n], mac) else {
+                let Some((ip, claimer, answer)) = claim_of(&buf[..n], mac) else {
                     continue;
                 };
                 let Some(i) = addrs.iter().position(|x| *x == ip) else {
@@ -676,9 +734,13 @@ fn probe_loop(
                 let mut l = log.lock().expect("probe log");
                 let k = ((start.elapsed().as_nanos() / SLOT.as_nanos()) as usize)
                     .min(l.sent.len().saturating_sub(1));
-                if let Some(s) = l.seen[i].get_mut(k) {
-                    *s |= bit;
+                let Some(&before) = l.seen[i].get(k) else {
+                    continue;
+                };
+                if overlaps[i].claim(k, before, bit, answer) {
+                    l.overlap[i][k] = true;
                 }
+                l.seen[i][k] = before | bit;
             }
         }
         std::thread::sleep(Duration::from_millis(1));
@@ -690,6 +752,8 @@ fn probe_loop(
 struct AddrFigures {
     dark_ms: u64,
     double_ms: u64,
+    /// Of `double_ms`, slots of two answers at once ([`Overlap`]).
+    overlap_ms: u64,
     unprobed_ms: u64,
     changes: u32,
     /// The node answering alone at the end (None: dark, double or another MAC).
@@ -703,13 +767,16 @@ fn node_of(bits: u8) -> Option<usize> {
     (bits.count_ones() == 1 && bits != OTHER_MAC).then(|| bits.trailing_zeros() as usize + 1)
 }
 
-fn analyse(sent: &[bool], seen: &[u8]) -> AddrFigures {
+fn analyse(sent: &[bool], seen: &[u8], overlap: &[bool]) -> AddrFigures {
     let mut f = AddrFigures::default();
     let mut last: Option<u8> = None;
-    for (s, &bits) in sent.iter().zip(seen) {
+    for (i, (s, &bits)) in sent.iter().zip(seen).enumerate() {
         if !s {
             f.unprobed_ms += SLOT_MS;
             continue;
+        }
+        if overlap.get(i).copied().unwrap_or(false) {
+            f.overlap_ms += SLOT_MS;
         }
         match bits.count_ones() {
             0 => f.dark_ms += SLOT_MS,
@@ -871,7 +938,7 @@ impl Bench<'_> {
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
             let now = Instant::now();
-            let (sent, seen) = self.prober().window(now - SETTLED, now);
+            let (sent, seen, _) = self.prober().window(now - SETTLED, now);
             let probed = sent.iter().filter(|s| **s).count();
             let owners: Vec<Option<usize>> = seen
                 .iter()
@@ -1134,17 +1201,18 @@ impl Bench<'_> {
         }
         let undone = t0.elapsed();
         tokio::time::sleep(post).await;
-        let (sent, seen) = self.prober().window(t0, Instant::now());
+        let (sent, seen, overlap) = self.prober().window(t0, Instant::now());
         let mut per_addr = Vec::new();
         let mut figures = Vec::new();
         for (i, ip) in ips.iter().enumerate() {
-            let f = analyse(&sent, &seen[i]);
+            let f = analyse(&sent, &seen[i], &overlap[i]);
             per_addr.push(json!({
                 "ip": ip,
                 "before": before.owners[i],
                 "final": f.final_owner,
                 "dark_ms": f.dark_ms,
                 "double_ms": f.double_ms,
+                "overlap_ms": f.overlap_ms,
                 "changes": f.changes,
                 "to_final_ms": f.to_final_ms,
                 "unprobed_ms": f.unprobed_ms,
@@ -1174,6 +1242,8 @@ impl Bench<'_> {
                     "dark_max_ms": fs.iter().map(|f| f.dark_ms).max().unwrap_or(0),
                     "double_sum_ms": fs.iter().map(|f| f.double_ms).sum::<u64>(),
                     "double_max_ms": fs.iter().map(|f| f.double_ms).max().unwrap_or(0),
+                    "overlap_sum_ms": fs.iter().map(|f| f.overlap_ms).sum::<u64>(),
+                    "overlap_max_ms": fs.iter().map(|f| f.overlap_ms).max().unwrap_or(0),
                     "changes": fs.iter().map(|f| f.changes).sum::<u32>(),
                     "probe_changes": figures[probe].changes,
                     "probe_to_final_ms": figures[probe].to_final_ms,
@@ -1493,6 +1563,7 @@ fn part_figures(idx: &[usize], figures: &[AddrFigures]) -> Value {
         "dark_max_ms": fs.iter().map(|f| f.dark_ms).max().unwrap_or(0),
         "double_sum_ms": fs.iter().map(|f| f.double_ms).sum::<u64>(),
         "double_max_ms": fs.iter().map(|f| f.double_ms).max().unwrap_or(0),
+        "overlap_max_ms": fs.iter().map(|f| f.overlap_ms).max().unwrap_or(0),
         "changes": fs.iter().map(|f| f.changes).sum::<u32>(),
     })
 }
@@ -1557,6 +1628,7 @@ fn summarise(rounds: &[Value], fam: &str) -> Value {
         "rounds": rounds.len(),
         "dark_worst_ms": percentiles(&get("dark_max_ms")),
         "double_worst_ms": percentiles(&get("double_max_ms")),
+        "overlap_worst_ms": percentiles(&get("overlap_max_ms")),
         "addresses": max("addresses"),
         "dark_sum_ms": mean("dark_sum_ms"),
         "dark_max_ms": max("dark_max_ms"),
@@ -1578,6 +1650,7 @@ fn summarise(rounds: &[Value], fam: &str) -> Value {
             "addresses": at(&["split", part, "addresses"]).into_iter().reduce(f64::max),
             "dark_worst_ms": percentiles(&dark),
             "double_worst_ms": percentiles(&at(&["split", part, "double_max_ms"])),
+            "overlap_worst_ms": percentiles(&at(&["split", part, "overlap_max_ms"])),
             "changes": mean_of(at(&["split", part, "changes"])),
         });
     }
@@ -1587,18 +1660,23 @@ fn summarise(rounds: &[Value], fam: &str) -> Value {
 /// The percentiles over the rounds: per implementation, fault and family, all its
 /// addresses and, for a `split` fault, the cut node's own and the others.
 fn percentile_table(rows: &[(&str, &str, &str, Value)]) -> String {
-    let line = |c: [&str; 12]| {
-        format!(
-            "{:<11} {:<18} {:<4} {:<6} {:>2} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}\n",
-            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11]
-        )
+    let line = |c: [&str; 15]| {
+        let mut l = format!(
+            "{:<11} {:<18} {:<4} {:<6} {:>2}",
+            c[0], c[1], c[2], c[3], c[4]
+        );
+        for cell in &c[5..] {
+            l += &format!(" {cell:>7}");
+        }
+        l + "\n"
     };
     let mut s = line([
         "impl", "fault", "fam", "addrs", "R", "dark", "dark", "dark", "double", "double", "double",
-        "changes",
+        "overlap", "overlap", "overlap", "changes",
     ]);
     s += &line([
-        "", "", "", "", "", "p50 ms", "p99 ms", "max ms", "p50 ms", "p99 ms", "max ms", "/round",
+        "", "", "", "", "", "p50 ms", "p99 ms", "max ms", "p50 ms", "p99 ms", "max ms", "p50 ms",
+        "p99 ms", "max ms", "/round",
     ]);
     // Whole milliseconds without a fraction.
     let f = |v: &Value| match v.as_f64() {
@@ -1615,7 +1693,11 @@ fn percentile_table(rows: &[(&str, &str, &str, Value)]) -> String {
             }
         }
         for (part, p) in parts {
-            let (d, x) = (&p["dark_worst_ms"], &p["double_worst_ms"]);
+            let (d, x, o) = (
+                &p["dark_worst_ms"],
+                &p["double_worst_ms"],
+                &p["overlap_worst_ms"],
+            );
             s += &line([
                 variant,
                 fault,
@@ -1628,6 +1710,9 @@ fn percentile_table(rows: &[(&str, &str, &str, Value)]) -> String {
                 &f(&x["p50"]),
                 &f(&x["p99"]),
                 &f(&x["max"]),
+                &f(&o["p50"]),
+                &f(&o["p99"]),
+                &f(&o["max"]),
                 &f(&p["changes"]),
             ]);
         }
@@ -1697,12 +1782,13 @@ mod tests {
         // node-1, dark twice, both, node-2 then an unprobed slot and node-2.
         let sent = [true, true, true, true, true, false, true];
         let seen = [0b01, 0, 0, 0b11, 0b10, 0, 0b10];
-        let f = analyse(&sent, &seen);
+        let f = analyse(&sent, &seen, &[false, false, false, true]);
         assert_eq!(
             f,
             AddrFigures {
                 dark_ms: 40,
                 double_ms: 20,
+                overlap_ms: 20,
                 unprobed_ms: 20,
                 changes: 1,
                 final_owner: Some(2),
@@ -1710,14 +1796,14 @@ mod tests {
             }
         );
         // Nothing happened: no change, final at once.
-        let f = analyse(&[true; 3], &[0b100; 3]);
+        let f = analyse(&[true; 3], &[0b100; 3], &[]);
         assert_eq!((f.changes, f.to_final_ms, f.final_owner), (0, 0, Some(3)));
         // Still double at the end: no final owner, the whole window.
-        let f = analyse(&[true; 2], &[0b01, 0b11]);
+        let f = analyse(&[true; 2], &[0b01, 0b11], &[]);
         assert_eq!((f.final_owner, f.to_final_ms), (None, 40));
         // A MAC that is no node's counts as a second answer.
-        let f = analyse(&[true], &[0b01 | OTHER_MAC]);
-        assert_eq!(f.double_ms, 20);
+        let f = analyse(&[true], &[0b01 | OTHER_MAC], &[false]);
+        assert_eq!((f.double_ms, f.overlap_ms), (20, 0));
     }
 
     #[test]
@@ -1731,10 +1817,19 @@ mod tests {
         reply.arp.op = ArpOp::Reply;
         assert_eq!(
             claim_of(&reply.encode(), ours),
-            Some((IpAddr::V4(v4), node))
+            Some((IpAddr::V4(v4), node, true))
         );
         let garp = ArpFrame::gratuitous(ArpOp::Request, node, v4);
-        assert_eq!(claim_of(&garp.encode(), ours), Some((IpAddr::V4(v4), node)));
+        assert_eq!(
+            claim_of(&garp.encode(), ours),
+            Some((IpAddr::V4(v4), node, false))
+        );
+        // A gratuitous reply claims without answering.
+        let greply = ArpFrame::gratuitous(ArpOp::Reply, node, v4);
+        assert_eq!(
+            claim_of(&greply.encode(), ours),
+            Some((IpAddr::V4(v4), node, false))
+        );
         let req = ArpFrame::request(ours, plan::CLIENT_V4, v4);
         assert_eq!(claim_of(&req.encode(), ours), None);
         // A solicited NA (its target link-layer address), an unsolicited one without
@@ -1748,14 +1843,20 @@ mod tests {
         };
         let solicited =
             na(true, Some(node)).encode_frame(ours, node, plan::node_v6(1), plan::CLIENT_V6);
-        assert_eq!(claim_of(&solicited, ours), Some((IpAddr::V6(v6), node)));
+        assert_eq!(
+            claim_of(&solicited, ours),
+            Some((IpAddr::V6(v6), node, true))
+        );
         let unsolicited = na(false, None).encode_frame(
             MacAddr([0x33, 0x33, 0, 0, 0, 1]),
             node,
             plan::node_v6(1),
             arp_ndp::packet::ALL_NODES,
         );
-        assert_eq!(claim_of(&unsolicited, ours), Some((IpAddr::V6(v6), node)));
+        assert_eq!(
+            claim_of(&unsolicited, ours),
+            Some((IpAddr::V6(v6), node, false))
+        );
         let ns = NeighborSolicitation::resolve_frame(ours, plan::CLIENT_V6, v6);
         assert_eq!(claim_of(&ns, ours), None);
         // A corrupted checksum is no answer (a host would drop it).
@@ -1799,6 +1900,38 @@ mod tests {
     }
 
     #[test]
+    fn an_overlap_is_two_answers_at_once_not_a_move() {
+        let (a, b) = (0b01u8, 0b10u8);
+        // A move inside a slot: A answers the request, B claims (gratuitous), B
+        // answers its own again: double, no overlap.
+        let mut o = Overlap::default();
+        assert!(!o.claim(5, 0, a, true));
+        assert!(!o.claim(5, a, b, false));
+        assert!(!o.claim(5, a | b, b, false));
+        // Both answer the same request: overlap.
+        let mut o = Overlap::default();
+        assert!(!o.claim(6, 0, a, true));
+        assert!(o.claim(6, a, b, true));
+        // B claims, then A (the old one) claims again: overlap (A, B, A).
+        let mut o = Overlap::default();
+        assert!(!o.claim(7, 0, a, true));
+        assert!(!o.claim(7, a, b, false));
+        assert!(o.claim(7, a | b, a, false));
+        // B claims, then A answers the slot's request: overlap.
+        let mut o = Overlap::default();
+        assert!(!o.claim(9, 0, b, false));
+        assert!(o.claim(9, b, a, true));
+        // Both answer, B after its own claim: overlap.
+        let mut o = Overlap::default();
+        assert!(!o.claim(10, 0, a, true));
+        assert!(!o.claim(10, a, b, false));
+        assert!(o.claim(10, a | b, b, true));
+        // A new slot starts afresh: A in slot 7, B in slot 8.
+        assert!(!o.claim(8, 0, b, true));
+        assert!(!o.claim(8, b, b, true));
+    }
+
+    #[test]
     fn percentiles_by_nearest_rank() {
         // 30 rounds: p50 is the 15th, p99 the 30th (ceil(29.7)).
         let v: Vec<f64> = (1..=30).rev().map(f64::from).collect();
@@ -1820,7 +1953,7 @@ mod tests {
     fn summary_percentiles_and_split_over_rounds() {
         let round = |dark: u64, own: u64, others: u64| {
             json!({"owner": 2, "expected_owner": 2, "summary": {"IPv4": {
-                "dark_max_ms": dark, "double_max_ms": 0, "changes": 2,
+                "dark_max_ms": dark, "double_max_ms": 0, "overlap_max_ms": 0, "changes": 2,
                 "split": {"cut_node": 3,
                     "own": {"addresses": 4, "dark_max_ms": own, "double_max_ms": 20, "changes": 2},
                     "others": {"addresses": 8, "dark_max_ms": others, "double_max_ms": 0, "changes": 0}},
