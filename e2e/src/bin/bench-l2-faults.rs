@@ -11,13 +11,26 @@
 //! does) per IPv6 address, and records, per address and 20 ms slot, EVERY node MAC
 //! that answered or claimed the address in that slot (ARP replies and gratuitous ARP;
 //! Neighbor Advertisements, solicited or not). A slot with no MAC is dark; one with two
-//! or more distinct MACs is double. A slot whose requests did not go out (the prober
-//! was late) is unprobed and counted in neither. Figures are per family.
+//! or more distinct MACs is double. Of the double slots, those with two answers at
+//! once are overlap ([`Overlap`]: two nodes answered the slot's request, one answered
+//! after another's frame, or one claimed again after another's); a move inside a slot
+//! (the old node answered the slot's request, then the new one claimed) is double, not
+//! overlap. A slot whose requests did not go out (the prober was late) is unprobed and
+//! counted in none. Figures are per family.
 //!
 //! Faults (the owner is the node answering 198.51.100.90, the successor the next node
 //! in the election's order for it), each `--rounds` times, with the speakers settled
 //! (every address answered by one node for 3 s) before each round:
 //! - `quiet`: nothing for 10 s (the prober's noise floor);
+//! - `kill`: the owner's speaker SIGKILLed and started again at once, the API server up;
+//! - `term`: the owner's speaker SIGTERMed and started again once it has exited (at
+//!   most [`TERM_GRACE`], then SIGKILL; the time it took is `term_exit_ms`);
+//! - `cut`: the owner's cable cut silently for 5 s, then restored;
+//! - `nonowner-cut`: the cable of a node that is neither the owner nor the successor
+//!   (the third in the election's order for 198.51.100.90) cut for 5 s: its own
+//!   addresses are an owner cut, the others must not move (`split`: figures for the
+//!   cut node's own addresses and for the others, per family);
+//! - `flap`: the owner's cable cut for 1 s and restored for 1 s, 10 times;
 //! - `sabotage` (not in the default list: the prober's own check): for 5 s a node other
 //!   than its owner holds 198.51.100.90, and one other than its owner the first IPv6
 //!   address, on its interface (its kernel answers ARP / NS for it): both must count
@@ -29,7 +42,8 @@
 //! - `partition`: the owner's UDP port 7946 dropped (in and out) for 15 s, its clients
 //!   still reach it (item 2);
 //! - `stall`: the owner's speaker SIGSTOPped for 0.6 s, 5 times 5 s apart (item 4);
-//! - `watcher-flap`: the successor's cable cut for 2 s (item 3: nothing should move);
+//! - `watcher-flap`: the successor's cable cut for 2 s (item 3: nothing should move;
+//!   `split` as for `nonowner-cut`);
 //! - `long-cut`: the owner's cable cut for 20 s, then restored (item 5: the rejoin);
 //! - `flood`: 10 s of UDP datagrams (64 bytes of garbage) to the owner's port 7946 from
 //!   the client namespace at `--flood-rate` per second (item 6);
@@ -46,10 +60,16 @@
 //! A speaker that exits during an API server fault is started again at once (the
 //! kubelet's part, without its back-off), counted in `speaker_restarts`.
 //!
+//! `--gap` idles before each round: our membership damps an owner that came back
+//! after a takeover for 60 s (more confirmation rounds), so cut rounds closer than
+//! that measure a flapping owner, not a first cut.
+//!
 //! Each round is measured from the fault to `--post` seconds after it is undone: per
 //! address ms dark, ms double, owner changes (a change of the one answering node), the
 //! time from the fault to the final owner (the start of the last run of slots answered
-//! by it alone). Network: only the lab's addresses (`testkit::plan`), counts and times
+//! by it alone). Over the rounds of a fault, per family: p50, p99 (nearest rank) and
+//! max of the worst address's dark and double ms (`dark_worst_ms`, `double_worst_ms`;
+//! for a `split`, also of the cut node's own addresses and of the others). Network: only the lab's addresses (`testkit::plan`), counts and times
 //! bounded.
 
 use std::collections::BTreeMap;
@@ -78,7 +98,7 @@ const USAGE: &str = "\
 usage: bench-l2-faults [--impl ours|metallb|both] [--fence | --ml-self-fence]
                        [--speakers N] [--services N] [--services6 N] [--rounds R]
                        [--faults LIST]
-                       [--post SECS] [--flood-rate N] [--soak SECS] [--soak-shares N]
+                       [--post SECS] [--gap SECS] [--flood-rate N] [--soak SECS] [--soak-shares N]
                        [--ours-bin DIR]
                        [--metallb-bin DIR] [--out FILE]
 
@@ -91,11 +111,14 @@ MetalLB's speaker with memberlist as the anchor in the same run:
   --services N     IPv4 L2 Services, one address each (default 12, 2 to 50)
   --services6 N    IPv6 L2 Services, one address each (default 12, 0 to 50)
   --rounds R       rounds of each fault (default 3)
-  --faults LIST    default quiet,restart-api-away,restart-api-killed,partition,stall,
-                   watcher-flap,long-cut,flood,two-speakers-loss (also: sabotage, the
-                   prober's check; soak); two-speakers-loss runs in a 2-speaker lab of
-                   its own
+  --faults LIST    default quiet,kill,term,cut,nonowner-cut,flap,restart-api-away,
+                   restart-api-killed,partition,stall,watcher-flap,long-cut,flood,
+                   two-speakers-loss (also: sabotage, the prober's check; soak);
+                   two-speakers-loss runs in a 2-speaker lab of its own; nonowner-cut
+                   needs 3 speakers or more
   --post SECS      measured after each fault is undone (default 20)
+  --gap SECS       idle before each round (default 0; 61 lets the membership forget a
+                   cut owner's earlier flaps: its damping memory is 60 s)
   --flood-rate N   datagrams per second of the flood (default 20000, at most 50000)
   --soak SECS      length of the soak fault (default 600, at most 3600)
   --soak-shares N  cpu.shares of the speakers' cgroup in the soak (default 102, 2 to 1024)
@@ -111,6 +134,14 @@ const SERVICE_CIDR_RANGE: &str = "198.18.176.0/20";
 const PROBE: &str = "198.51.100.90";
 /// The first IPv6 address (the pool is `plan::POOL_V6`, 2001:db8:100::/120).
 const PROBE6: &str = "2001:db8:100::90";
+/// `term`: how long the owner's speaker may take to exit before it is SIGKILLed.
+const TERM_GRACE: Duration = Duration::from_secs(10);
+/// `cut` and `nonowner-cut`: how long the cable stays cut.
+const CUT_FOR: Duration = Duration::from_secs(5);
+/// `flap`: cut for the first, restored for the second, [`FLAPS`] times.
+const FLAP_CUT: Duration = Duration::from_secs(1);
+const FLAP_UP: Duration = Duration::from_secs(1);
+const FLAPS: usize = 10;
 /// How long the API server stays away (`restart-api-*`).
 const API_AWAY: Duration = Duration::from_secs(15);
 /// `two-speakers-loss`: the loss and how long it lasts.
@@ -137,6 +168,11 @@ const FLOOD_PAYLOAD: usize = 64;
 enum Fault {
     Quiet,
     Sabotage,
+    Kill,
+    Term,
+    Cut,
+    NonownerCut,
+    Flap,
     RestartApiAway,
     RestartApiKilled,
     Partition,
@@ -148,9 +184,14 @@ enum Fault {
     Soak,
 }
 
-const ALL_FAULTS: [Fault; 11] = [
+const ALL_FAULTS: [Fault; 16] = [
     Fault::Quiet,
     Fault::Sabotage,
+    Fault::Kill,
+    Fault::Term,
+    Fault::Cut,
+    Fault::NonownerCut,
+    Fault::Flap,
     Fault::RestartApiAway,
     Fault::RestartApiKilled,
     Fault::Partition,
@@ -167,6 +208,11 @@ impl Fault {
         match self {
             Fault::Quiet => "quiet",
             Fault::Sabotage => "sabotage",
+            Fault::Kill => "kill",
+            Fault::Term => "term",
+            Fault::Cut => "cut",
+            Fault::NonownerCut => "nonowner-cut",
+            Fault::Flap => "flap",
             Fault::RestartApiAway => "restart-api-away",
             Fault::RestartApiKilled => "restart-api-killed",
             Fault::Partition => "partition",
@@ -220,6 +266,7 @@ struct Opts {
     rounds: usize,
     faults: Vec<Fault>,
     post: Duration,
+    gap: Duration,
     flood_rate: u32,
     soak: Duration,
     soak_shares: u64,
@@ -243,6 +290,7 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
             .filter(|f| *f != Fault::Sabotage && *f != Fault::Soak)
             .collect(),
         post: Duration::from_secs(20),
+        gap: Duration::ZERO,
         flood_rate: 20_000,
         soak: Duration::from_secs(600),
         soak_shares: 102,
@@ -264,6 +312,7 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
             "--rounds" => o.rounds = val()?.parse().context("--rounds")?,
             "--faults" => o.faults = val()?.split(',').map(Fault::parse).collect::<Result<_>>()?,
             "--post" => o.post = Duration::from_secs(val()?.parse().context("--post")?),
+            "--gap" => o.gap = Duration::from_secs(val()?.parse().context("--gap")?),
             "--flood-rate" => o.flood_rate = val()?.parse().context("--flood-rate")?,
             "--soak" => o.soak = Duration::from_secs(val()?.parse().context("--soak")?),
             "--soak-shares" => o.soak_shares = val()?.parse().context("--soak-shares")?,
@@ -282,6 +331,7 @@ fn parse_opts(repo: &Path) -> Result<Opts> {
     ensure!(o.services6 <= 50, "--services6: 0 to 50");
     ensure!((1..=50).contains(&o.rounds), "--rounds: 1 to 50");
     ensure!(o.post <= Duration::from_secs(120), "--post: at most 120 s");
+    ensure!(o.gap <= Duration::from_secs(600), "--gap: at most 600 s");
     ensure!(
         (1..=50_000).contains(&o.flood_rate),
         "--flood-rate: 1 to 50000 per second"
@@ -394,6 +444,7 @@ async fn run_all(lab: &Lab, opts: &Opts) -> Result<()> {
                 }
             }
             println!("{}", table(&rows));
+            println!("{}", percentile_table(&rows));
             of_variant.insert(format!("{speakers}-speakers"), figures);
             all.insert(variant.name().into(), Value::Object(of_variant.clone()));
             if let Some(out) = &opts.out {
@@ -423,6 +474,8 @@ struct ProbeLog {
     /// Per address, per slot: the nodes that answered or claimed it (bit n-1 for node
     /// n; bit 7 for a MAC that is no node's).
     seen: Vec<Vec<u8>>,
+    /// Per address, per slot: two answers at once ([`Overlap`]).
+    overlap: Vec<Vec<bool>>,
     send_errors: u64,
 }
 
@@ -483,6 +536,7 @@ impl Prober {
             start: Instant::now(),
             sent: Vec::new(),
             seen: vec![Vec::new(); addrs.len()],
+            overlap: vec![Vec::new(); addrs.len()],
             send_errors: 0,
         }));
         let stop = Arc::new(AtomicBool::new(false));
@@ -529,8 +583,9 @@ impl Prober {
             .map_err(|_| anyhow::anyhow!("the prober panicked"))?
     }
 
-    /// Copies of `sent` and each address's slots from `from` to `to`.
-    fn window(&self, from: Instant, to: Instant) -> (Vec<bool>, Vec<Vec<u8>>) {
+    /// Copies of `sent` and each address's slots from `from` to `to` (who answered or
+    /// claimed, and whether that was an [`Overlap`]).
+    fn window(&self, from: Instant, to: Instant) -> (Vec<bool>, Vec<Vec<u8>>, Vec<Vec<bool>>) {
         let log = self.log.lock().expect("probe log");
         let slot = |t: Instant| {
             (t.saturating_duration_since(log.start).as_nanos() / SLOT.as_nanos()) as usize
@@ -540,6 +595,7 @@ impl Prober {
         (
             log.sent[a..b].to_vec(),
             log.seen.iter().map(|s| s[a..b].to_vec()).collect(),
+            log.overlap.iter().map(|s| s[a..b].to_vec()).collect(),
         )
     }
 
@@ -548,18 +604,60 @@ impl Prober {
     }
 }
 
-/// The claim a frame makes, if any: (the address, the MAC claiming it). ARP: a reply
-/// or a gratuitous request (sender = target); IPv6: a Neighbor Advertisement, solicited
-/// or not, its target link-layer address (else the frame's source). Not our own frames.
-fn claim_of(frame: &[u8], ours: MacAddr) -> Option<(IpAddr, MacAddr)> {
+/// The claim a frame makes, if any: (the address, the MAC claiming it, whether it
+/// answers a request). ARP: a reply or a gratuitous request (sender = target), an
+/// answer when a reply whose target is not the address itself (not gratuitous); IPv6:
+/// a Neighbor Advertisement, solicited or not, its target link-layer address (else the
+/// frame's source), an answer when solicited. Not our own frames.
+fn claim_of(frame: &[u8], ours: MacAddr) -> Option<(IpAddr, MacAddr, bool)> {
     if let Ok(f) = ArpFrame::decode(frame) {
         let a = f.arp;
-        let claim = a.op == ArpOp::Reply || (a.op == ArpOp::Request && a.sender_ip == a.target_ip);
-        return (claim && a.sender_mac != ours).then_some((a.sender_ip.into(), a.sender_mac));
+        let gratuitous = a.sender_ip == a.target_ip;
+        let claim = a.op == ArpOp::Reply || (a.op == ArpOp::Request && gratuitous);
+        let answer = a.op == ArpOp::Reply && !gratuitous;
+        return (claim && a.sender_mac != ours).then_some((
+            a.sender_ip.into(),
+            a.sender_mac,
+            answer,
+        ));
     }
     let (eth, _, na) = NeighborAdvertisement::decode_frame(frame).ok()?;
     let mac = na.target_lla.unwrap_or(eth.src);
-    (eth.src != ours && mac != ours).then_some((na.target.into(), mac))
+    (eth.src != ours && mac != ours).then_some((na.target.into(), mac, na.solicited))
+}
+
+/// Two answers at once within one slot, as opposed to a move inside it (which
+/// `double` also counts: the old node answered the slot's request, then the new one
+/// claimed; the request goes out at the slot's start): two nodes answered the
+/// request, a node answered after another's frame in the slot, or a node claimed
+/// again after another's (A, B, A).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Overlap {
+    slot: usize,
+    /// The nodes that answered a request in the slot.
+    answered: u8,
+    /// The last to answer or claim.
+    last: u8,
+}
+
+impl Overlap {
+    /// Records a claim by `bit` (`answer`: to a request) in `slot`, `seen` the slot's
+    /// claimers before it; whether the slot is now an overlap.
+    fn claim(&mut self, slot: usize, seen: u8, bit: u8, answer: bool) -> bool {
+        if self.slot != slot {
+            *self = Overlap {
+                slot,
+                ..Overlap::default()
+            };
+        }
+        let after_other = self.last != 0 && self.last != bit;
+        let overlap = after_other && (answer || seen & bit != 0);
+        if answer {
+            self.answered |= bit;
+        }
+        self.last = bit;
+        overlap || self.answered.count_ones() >= 2
+    }
 }
 
 fn probe_loop(
@@ -585,6 +683,7 @@ fn probe_loop(
         .collect();
     let start = log.lock().expect("probe log").start;
     let mut buf = [0u8; 512];
+    let mut overlaps = vec![Overlap::default(); addrs.len()];
     while !stop.load(Ordering::Relaxed) {
         let now = (start.elapsed().as_nanos() / SLOT.as_nanos()) as usize;
         let due = {
@@ -596,10 +695,16 @@ fn probe_loop(
                     for s in l.seen.iter_mut() {
                         s.push(0);
                     }
+                    for s in l.overlap.iter_mut() {
+                        s.push(false);
+                    }
                 }
                 l.sent.push(true);
                 for s in l.seen.iter_mut() {
                     s.push(0);
+                }
+                for s in l.overlap.iter_mut() {
+                    s.push(false);
                 }
                 true
             } else {
@@ -619,7 +724,7 @@ fn probe_loop(
         }
         for sock in [&socks.arp, &socks.ndp] {
             while let Ok(n) = sock.recv(&mut buf) {
-                let Some((ip, claimer)) = claim_of(&buf[..n], mac) else {
+                let Some((ip, claimer, answer)) = claim_of(&buf[..n], mac) else {
                     continue;
                 };
                 let Some(i) = addrs.iter().position(|x| *x == ip) else {
@@ -629,9 +734,13 @@ fn probe_loop(
                 let mut l = log.lock().expect("probe log");
                 let k = ((start.elapsed().as_nanos() / SLOT.as_nanos()) as usize)
                     .min(l.sent.len().saturating_sub(1));
-                if let Some(s) = l.seen[i].get_mut(k) {
-                    *s |= bit;
+                let Some(&before) = l.seen[i].get(k) else {
+                    continue;
+                };
+                if overlaps[i].claim(k, before, bit, answer) {
+                    l.overlap[i][k] = true;
                 }
+                l.seen[i][k] = before | bit;
             }
         }
         std::thread::sleep(Duration::from_millis(1));
@@ -643,6 +752,8 @@ fn probe_loop(
 struct AddrFigures {
     dark_ms: u64,
     double_ms: u64,
+    /// Of `double_ms`, slots of two answers at once ([`Overlap`]).
+    overlap_ms: u64,
     unprobed_ms: u64,
     changes: u32,
     /// The node answering alone at the end (None: dark, double or another MAC).
@@ -656,13 +767,16 @@ fn node_of(bits: u8) -> Option<usize> {
     (bits.count_ones() == 1 && bits != OTHER_MAC).then(|| bits.trailing_zeros() as usize + 1)
 }
 
-fn analyse(sent: &[bool], seen: &[u8]) -> AddrFigures {
+fn analyse(sent: &[bool], seen: &[u8], overlap: &[bool]) -> AddrFigures {
     let mut f = AddrFigures::default();
     let mut last: Option<u8> = None;
-    for (s, &bits) in sent.iter().zip(seen) {
+    for (i, (s, &bits)) in sent.iter().zip(seen).enumerate() {
         if !s {
             f.unprobed_ms += SLOT_MS;
             continue;
+        }
+        if overlap.get(i).copied().unwrap_or(false) {
+            f.overlap_ms += SLOT_MS;
         }
         match bits.count_ones() {
             0 => f.dark_ms += SLOT_MS,
@@ -766,6 +880,7 @@ impl Bench<'_> {
             let mut rounds = Vec::new();
             let mut failures = Vec::new();
             for round in 0..opts.rounds {
+                tokio::time::sleep(opts.gap).await;
                 match self.round(fault, &ips, opts.post).await {
                     Ok(r) => {
                         eprintln!(
@@ -823,7 +938,7 @@ impl Bench<'_> {
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
             let now = Instant::now();
-            let (sent, seen) = self.prober().window(now - SETTLED, now);
+            let (sent, seen, _) = self.prober().window(now - SETTLED, now);
             let probed = sent.iter().filter(|s| **s).count();
             let owners: Vec<Option<usize>> = seen
                 .iter()
@@ -880,6 +995,18 @@ impl Bench<'_> {
         let before = self.settle(ips).await?;
         let expected = hash_order(self.l.nodes, PROBE)[0];
         let (owner, successor) = (before.owner, before.successor);
+        // The node whose cable a `split` fault cuts: its own addresses are reported
+        // apart from the others'.
+        let cut_node = match fault {
+            Fault::WatcherFlap => Some(successor),
+            Fault::NonownerCut => Some(
+                hash_order(self.l.nodes, PROBE)
+                    .into_iter()
+                    .find(|n| *n != owner && *n != successor)
+                    .context("nonowner-cut needs 3 speakers or more")?,
+            ),
+            _ => None,
+        };
         let t0 = Instant::now();
         // The wall clock of the fault, to find it in the speakers' logs.
         let t0_unix = std::time::SystemTime::now()
@@ -914,6 +1041,37 @@ impl Bench<'_> {
                     h.remove()?;
                 }
             }
+            Fault::Kill => {
+                self.kill_speaker(owner)?;
+                self.l.start_speaker(owner)?;
+            }
+            Fault::Term => {
+                let mut c = self.l.speakers[owner - 1]
+                    .take()
+                    .context("the owner's speaker")?;
+                let status = tokio::task::block_in_place(|| c.stop_with(Signal::TERM, TERM_GRACE))?;
+                extra["term_exit_ms"] = json!(t0.elapsed().as_millis() as u64);
+                extra["term_status"] = json!(status.to_string());
+                self.l.start_speaker(owner)?;
+            }
+            Fault::Cut | Fault::NonownerCut => {
+                let node = if fault == Fault::Cut {
+                    owner
+                } else {
+                    cut_node.context("the node to cut")?
+                };
+                let cut = self.l.net.net.cut_cable(&plan::node_name(node))?;
+                tokio::time::sleep(CUT_FOR).await;
+                cut.restore()?;
+            }
+            Fault::Flap => {
+                for _ in 0..FLAPS {
+                    let cut = self.l.net.net.cut_cable(&plan::node_name(owner))?;
+                    tokio::time::sleep(FLAP_CUT).await;
+                    cut.restore()?;
+                    tokio::time::sleep(FLAP_UP).await;
+                }
+            }
             Fault::RestartApiAway => {
                 let pid_file = self.l.lab.env.state_dir.join("run/kube-apiserver.pid");
                 let pid: u32 = std::fs::read_to_string(&pid_file)
@@ -921,11 +1079,7 @@ impl Bench<'_> {
                     .trim()
                     .parse()?;
                 let frozen = Stopped::stop(pid);
-                if let Some(mut c) = self.l.speakers[owner - 1].take() {
-                    tokio::task::block_in_place(|| {
-                        c.stop_with(Signal::KILL, Duration::from_secs(5))
-                    })?;
-                }
+                self.kill_speaker(owner)?;
                 self.l.start_speaker(owner)?;
                 let restarts = self.sleep_supervised(API_AWAY).await?;
                 drop(frozen);
@@ -938,11 +1092,7 @@ impl Bench<'_> {
                     api: &api,
                     down: true,
                 };
-                if let Some(mut c) = self.l.speakers[owner - 1].take() {
-                    tokio::task::block_in_place(|| {
-                        c.stop_with(Signal::KILL, Duration::from_secs(5))
-                    })?;
-                }
+                self.kill_speaker(owner)?;
                 self.l.start_speaker(owner)?;
                 let restarts = self
                     .sleep_supervised(API_AWAY.saturating_sub(t0.elapsed()))
@@ -1051,17 +1201,18 @@ impl Bench<'_> {
         }
         let undone = t0.elapsed();
         tokio::time::sleep(post).await;
-        let (sent, seen) = self.prober().window(t0, Instant::now());
+        let (sent, seen, overlap) = self.prober().window(t0, Instant::now());
         let mut per_addr = Vec::new();
         let mut figures = Vec::new();
         for (i, ip) in ips.iter().enumerate() {
-            let f = analyse(&sent, &seen[i]);
+            let f = analyse(&sent, &seen[i], &overlap[i]);
             per_addr.push(json!({
                 "ip": ip,
                 "before": before.owners[i],
                 "final": f.final_owner,
                 "dark_ms": f.dark_ms,
                 "double_ms": f.double_ms,
+                "overlap_ms": f.overlap_ms,
                 "changes": f.changes,
                 "to_final_ms": f.to_final_ms,
                 "unprobed_ms": f.unprobed_ms,
@@ -1084,22 +1235,31 @@ impl Bench<'_> {
                 .find(|i| before.owners[*i] == Some(owner))
                 .unwrap_or(idx[0]);
             let fs: Vec<&AddrFigures> = idx.iter().map(|i| &figures[*i]).collect();
-            summary.insert(
-                fam.into(),
-                json!({
+            let mut fam_summary = json!({
                     "addresses": idx.len(),
                     "probe": ips[probe],
                     "dark_sum_ms": fs.iter().map(|f| f.dark_ms).sum::<u64>(),
                     "dark_max_ms": fs.iter().map(|f| f.dark_ms).max().unwrap_or(0),
                     "double_sum_ms": fs.iter().map(|f| f.double_ms).sum::<u64>(),
                     "double_max_ms": fs.iter().map(|f| f.double_ms).max().unwrap_or(0),
+                    "overlap_sum_ms": fs.iter().map(|f| f.overlap_ms).sum::<u64>(),
+                    "overlap_max_ms": fs.iter().map(|f| f.overlap_ms).max().unwrap_or(0),
                     "changes": fs.iter().map(|f| f.changes).sum::<u32>(),
                     "probe_changes": figures[probe].changes,
                     "probe_to_final_ms": figures[probe].to_final_ms,
                     "max_to_final_ms": fs.iter().map(|f| f.to_final_ms).max().unwrap_or(0),
                     "unprobed_ms": fs.iter().map(|f| f.unprobed_ms).max().unwrap_or(0),
-                }),
-            );
+            });
+            if let Some(c) = cut_node {
+                let (own, others): (Vec<usize>, Vec<usize>) =
+                    idx.iter().partition(|i| before.owners[**i] == Some(c));
+                fam_summary["split"] = json!({
+                    "cut_node": c,
+                    "own": part_figures(&own, &figures),
+                    "others": part_figures(&others, &figures),
+                });
+            }
+            summary.insert(fam.into(), fam_summary);
         }
         let mut r = json!({
             "owner": owner,
@@ -1117,6 +1277,14 @@ impl Bench<'_> {
             }
         }
         Ok(r)
+    }
+
+    /// SIGKILLs node `n`'s speaker (its process group) and reaps it.
+    fn kill_speaker(&mut self, n: usize) -> Result<()> {
+        if let Some(mut c) = self.l.speakers[n - 1].take() {
+            tokio::task::block_in_place(|| c.stop_with(Signal::KILL, Duration::from_secs(5)))?;
+        }
+        Ok(())
     }
 
     /// Starts again every speaker that exited, as the kubelet would (at once here: the
@@ -1385,8 +1553,43 @@ fn parse_mac(s: &str) -> Result<MacAddr> {
     Ok(MacAddr(a))
 }
 
+/// The figures of some of a round's addresses (`idx`): the cut node's own or the
+/// others (`split`).
+fn part_figures(idx: &[usize], figures: &[AddrFigures]) -> Value {
+    let fs: Vec<&AddrFigures> = idx.iter().map(|i| &figures[*i]).collect();
+    json!({
+        "addresses": fs.len(),
+        "dark_sum_ms": fs.iter().map(|f| f.dark_ms).sum::<u64>(),
+        "dark_max_ms": fs.iter().map(|f| f.dark_ms).max().unwrap_or(0),
+        "double_sum_ms": fs.iter().map(|f| f.double_ms).sum::<u64>(),
+        "double_max_ms": fs.iter().map(|f| f.double_ms).max().unwrap_or(0),
+        "overlap_max_ms": fs.iter().map(|f| f.overlap_ms).max().unwrap_or(0),
+        "changes": fs.iter().map(|f| f.changes).sum::<u32>(),
+    })
+}
+
+/// The `p`-th percentile of `v` by nearest rank: the smallest value such that at
+/// least `p` % of the values are at or below it (the value of rank ceil(p/100 * n)).
+fn nearest_rank(v: &[f64], p: f64) -> Option<f64> {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n == 0 {
+        return None;
+    }
+    let rank = ((p / 100.0 * n as f64).ceil() as usize).clamp(1, n);
+    Some(s[rank - 1])
+}
+
+/// p50, p99 (nearest rank) and max of `v`, with how many values.
+fn percentiles(v: &[f64]) -> Value {
+    let p = |q| nearest_rank(v, q).map_or(Value::Null, |x| json!(x));
+    json!({"n": v.len(), "p50": p(50.0), "p99": p(99.0), "max": p(100.0)})
+}
+
 /// Over the rounds of one fault, for one address family: sums as the mean per round,
-/// maxima as the maximum.
+/// maxima as the maximum; the worst address's dark and double ms as percentiles (and,
+/// for a `split` fault, those of the cut node's own addresses and of the others).
 fn summarise(rounds: &[Value], fam: &str) -> Value {
     let get = |k: &str| -> Vec<f64> {
         rounds
@@ -1408,8 +1611,24 @@ fn summarise(rounds: &[Value], fam: &str) -> Value {
             .reduce(f64::max)
             .map_or(Value::Null, |m| json!(m))
     };
-    json!({
+    let at = |path: &[&str]| -> Vec<f64> {
+        rounds
+            .iter()
+            .filter_map(|r| path.iter().fold(&r["summary"][fam], |v, k| &v[*k]).as_f64())
+            .collect()
+    };
+    let mean_of = |v: Vec<f64>| {
+        if v.is_empty() {
+            Value::Null
+        } else {
+            json!((v.iter().sum::<f64>() / v.len() as f64 * 10.0).round() / 10.0)
+        }
+    };
+    let mut s = json!({
         "rounds": rounds.len(),
+        "dark_worst_ms": percentiles(&get("dark_max_ms")),
+        "double_worst_ms": percentiles(&get("double_max_ms")),
+        "overlap_worst_ms": percentiles(&get("overlap_max_ms")),
         "addresses": max("addresses"),
         "dark_sum_ms": mean("dark_sum_ms"),
         "dark_max_ms": max("dark_max_ms"),
@@ -1421,7 +1640,84 @@ fn summarise(rounds: &[Value], fam: &str) -> Value {
         "max_to_final_ms": max("max_to_final_ms"),
         "unprobed_ms": max("unprobed_ms"),
         "not_expected_owner": rounds.iter().filter(|r| r["owner"] != r["expected_owner"]).count(),
-    })
+    });
+    for part in ["own", "others"] {
+        let dark = at(&["split", part, "dark_max_ms"]);
+        if dark.is_empty() {
+            continue;
+        }
+        s["split"][part] = json!({
+            "addresses": at(&["split", part, "addresses"]).into_iter().reduce(f64::max),
+            "dark_worst_ms": percentiles(&dark),
+            "double_worst_ms": percentiles(&at(&["split", part, "double_max_ms"])),
+            "overlap_worst_ms": percentiles(&at(&["split", part, "overlap_max_ms"])),
+            "changes": mean_of(at(&["split", part, "changes"])),
+        });
+    }
+    s
+}
+
+/// The percentiles over the rounds: per implementation, fault and family, all its
+/// addresses and, for a `split` fault, the cut node's own and the others.
+fn percentile_table(rows: &[(&str, &str, &str, Value)]) -> String {
+    let line = |c: [&str; 15]| {
+        let mut l = format!(
+            "{:<11} {:<18} {:<4} {:<6} {:>2}",
+            c[0], c[1], c[2], c[3], c[4]
+        );
+        for cell in &c[5..] {
+            l += &format!(" {cell:>7}");
+        }
+        l + "\n"
+    };
+    let mut s = line([
+        "impl", "fault", "fam", "addrs", "R", "dark", "dark", "dark", "double", "double", "double",
+        "overlap", "overlap", "overlap", "changes",
+    ]);
+    s += &line([
+        "", "", "", "", "", "p50 ms", "p99 ms", "max ms", "p50 ms", "p99 ms", "max ms", "p50 ms",
+        "p99 ms", "max ms", "/round",
+    ]);
+    // Whole milliseconds without a fraction.
+    let f = |v: &Value| match v.as_f64() {
+        None => "-".to_owned(),
+        Some(x) if x.fract() == 0.0 => format!("{x:.0}"),
+        Some(x) => x.to_string(),
+    };
+    for (variant, fault, fam, v) in rows {
+        let fam = if *fam == "IPv4" { "v4" } else { "v6" };
+        let mut parts = vec![("all", v)];
+        for part in ["own", "others"] {
+            if !v["split"][part].is_null() {
+                parts.push((part, &v["split"][part]));
+            }
+        }
+        for (part, p) in parts {
+            let (d, x, o) = (
+                &p["dark_worst_ms"],
+                &p["double_worst_ms"],
+                &p["overlap_worst_ms"],
+            );
+            s += &line([
+                variant,
+                fault,
+                fam,
+                part,
+                &f(&v["rounds"]),
+                &f(&d["p50"]),
+                &f(&d["p99"]),
+                &f(&d["max"]),
+                &f(&x["p50"]),
+                &f(&x["p99"]),
+                &f(&x["max"]),
+                &f(&o["p50"]),
+                &f(&o["p99"]),
+                &f(&o["max"]),
+                &f(&p["changes"]),
+            ]);
+        }
+    }
+    s
 }
 
 fn table(rows: &[(&str, &str, &str, Value)]) -> String {
@@ -1486,12 +1782,13 @@ mod tests {
         // node-1, dark twice, both, node-2 then an unprobed slot and node-2.
         let sent = [true, true, true, true, true, false, true];
         let seen = [0b01, 0, 0, 0b11, 0b10, 0, 0b10];
-        let f = analyse(&sent, &seen);
+        let f = analyse(&sent, &seen, &[false, false, false, true]);
         assert_eq!(
             f,
             AddrFigures {
                 dark_ms: 40,
                 double_ms: 20,
+                overlap_ms: 20,
                 unprobed_ms: 20,
                 changes: 1,
                 final_owner: Some(2),
@@ -1499,14 +1796,14 @@ mod tests {
             }
         );
         // Nothing happened: no change, final at once.
-        let f = analyse(&[true; 3], &[0b100; 3]);
+        let f = analyse(&[true; 3], &[0b100; 3], &[]);
         assert_eq!((f.changes, f.to_final_ms, f.final_owner), (0, 0, Some(3)));
         // Still double at the end: no final owner, the whole window.
-        let f = analyse(&[true; 2], &[0b01, 0b11]);
+        let f = analyse(&[true; 2], &[0b01, 0b11], &[]);
         assert_eq!((f.final_owner, f.to_final_ms), (None, 40));
         // A MAC that is no node's counts as a second answer.
-        let f = analyse(&[true], &[0b01 | OTHER_MAC]);
-        assert_eq!(f.double_ms, 20);
+        let f = analyse(&[true], &[0b01 | OTHER_MAC], &[false]);
+        assert_eq!((f.double_ms, f.overlap_ms), (20, 0));
     }
 
     #[test]
@@ -1520,10 +1817,19 @@ mod tests {
         reply.arp.op = ArpOp::Reply;
         assert_eq!(
             claim_of(&reply.encode(), ours),
-            Some((IpAddr::V4(v4), node))
+            Some((IpAddr::V4(v4), node, true))
         );
         let garp = ArpFrame::gratuitous(ArpOp::Request, node, v4);
-        assert_eq!(claim_of(&garp.encode(), ours), Some((IpAddr::V4(v4), node)));
+        assert_eq!(
+            claim_of(&garp.encode(), ours),
+            Some((IpAddr::V4(v4), node, false))
+        );
+        // A gratuitous reply claims without answering.
+        let greply = ArpFrame::gratuitous(ArpOp::Reply, node, v4);
+        assert_eq!(
+            claim_of(&greply.encode(), ours),
+            Some((IpAddr::V4(v4), node, false))
+        );
         let req = ArpFrame::request(ours, plan::CLIENT_V4, v4);
         assert_eq!(claim_of(&req.encode(), ours), None);
         // A solicited NA (its target link-layer address), an unsolicited one without
@@ -1537,14 +1843,20 @@ mod tests {
         };
         let solicited =
             na(true, Some(node)).encode_frame(ours, node, plan::node_v6(1), plan::CLIENT_V6);
-        assert_eq!(claim_of(&solicited, ours), Some((IpAddr::V6(v6), node)));
+        assert_eq!(
+            claim_of(&solicited, ours),
+            Some((IpAddr::V6(v6), node, true))
+        );
         let unsolicited = na(false, None).encode_frame(
             MacAddr([0x33, 0x33, 0, 0, 0, 1]),
             node,
             plan::node_v6(1),
             arp_ndp::packet::ALL_NODES,
         );
-        assert_eq!(claim_of(&unsolicited, ours), Some((IpAddr::V6(v6), node)));
+        assert_eq!(
+            claim_of(&unsolicited, ours),
+            Some((IpAddr::V6(v6), node, false))
+        );
         let ns = NeighborSolicitation::resolve_frame(ours, plan::CLIENT_V6, v6);
         assert_eq!(claim_of(&ns, ours), None);
         // A corrupted checksum is no answer (a host would drop it).
@@ -1584,7 +1896,81 @@ mod tests {
         for f in ALL_FAULTS {
             assert_eq!(Fault::parse(f.name()).unwrap(), f);
         }
-        assert!(Fault::parse("kill").is_err());
+        assert!(Fault::parse("nonsense").is_err());
+    }
+
+    #[test]
+    fn an_overlap_is_two_answers_at_once_not_a_move() {
+        let (a, b) = (0b01u8, 0b10u8);
+        // A move inside a slot: A answers the request, B claims (gratuitous), B
+        // answers its own again: double, no overlap.
+        let mut o = Overlap::default();
+        assert!(!o.claim(5, 0, a, true));
+        assert!(!o.claim(5, a, b, false));
+        assert!(!o.claim(5, a | b, b, false));
+        // Both answer the same request: overlap.
+        let mut o = Overlap::default();
+        assert!(!o.claim(6, 0, a, true));
+        assert!(o.claim(6, a, b, true));
+        // B claims, then A (the old one) claims again: overlap (A, B, A).
+        let mut o = Overlap::default();
+        assert!(!o.claim(7, 0, a, true));
+        assert!(!o.claim(7, a, b, false));
+        assert!(o.claim(7, a | b, a, false));
+        // B claims, then A answers the slot's request: overlap.
+        let mut o = Overlap::default();
+        assert!(!o.claim(9, 0, b, false));
+        assert!(o.claim(9, b, a, true));
+        // Both answer, B after its own claim: overlap.
+        let mut o = Overlap::default();
+        assert!(!o.claim(10, 0, a, true));
+        assert!(!o.claim(10, a, b, false));
+        assert!(o.claim(10, a | b, b, true));
+        // A new slot starts afresh: A in slot 7, B in slot 8.
+        assert!(!o.claim(8, 0, b, true));
+        assert!(!o.claim(8, b, b, true));
+    }
+
+    #[test]
+    fn percentiles_by_nearest_rank() {
+        // 30 rounds: p50 is the 15th, p99 the 30th (ceil(29.7)).
+        let v: Vec<f64> = (1..=30).rev().map(f64::from).collect();
+        assert_eq!(nearest_rank(&v, 50.0), Some(15.0));
+        assert_eq!(nearest_rank(&v, 99.0), Some(30.0));
+        assert_eq!(nearest_rank(&v, 100.0), Some(30.0));
+        // 200 values: p99 is the 198th, not the max.
+        let v: Vec<f64> = (1..=200).map(f64::from).collect();
+        assert_eq!(nearest_rank(&v, 99.0), Some(198.0));
+        assert_eq!(nearest_rank(&[7.0], 50.0), Some(7.0));
+        assert_eq!(nearest_rank(&[], 50.0), None);
+        assert_eq!(
+            percentiles(&[20.0, 0.0, 460.0]),
+            json!({"n": 3, "p50": 20.0, "p99": 460.0, "max": 460.0})
+        );
+    }
+
+    #[test]
+    fn summary_percentiles_and_split_over_rounds() {
+        let round = |dark: u64, own: u64, others: u64| {
+            json!({"owner": 2, "expected_owner": 2, "summary": {"IPv4": {
+                "dark_max_ms": dark, "double_max_ms": 0, "overlap_max_ms": 0, "changes": 2,
+                "split": {"cut_node": 3,
+                    "own": {"addresses": 4, "dark_max_ms": own, "double_max_ms": 20, "changes": 2},
+                    "others": {"addresses": 8, "dark_max_ms": others, "double_max_ms": 0, "changes": 0}},
+            }}})
+        };
+        let rounds = [round(500, 500, 0), round(440, 440, 20), round(460, 460, 0)];
+        let s = summarise(&rounds, "IPv4");
+        assert_eq!(s["dark_worst_ms"]["p50"], json!(460.0));
+        assert_eq!(s["dark_worst_ms"]["p99"], json!(500.0));
+        assert_eq!(s["split"]["others"]["dark_worst_ms"]["max"], json!(20.0));
+        assert_eq!(s["split"]["own"]["double_worst_ms"]["p50"], json!(20.0));
+        assert_eq!(s["split"]["own"]["changes"], json!(2.0));
+        // No split without one in the rounds.
+        assert!(summarise(&rounds, "IPv6")["split"].is_null());
+        let t = percentile_table(&[("ours", "nonowner-cut", "IPv4", s)]);
+        assert_eq!(t.lines().count(), 5, "{t}");
+        assert!(t.lines().any(|l| l.contains(" others ")), "{t}");
     }
 
     #[test]
