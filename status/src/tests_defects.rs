@@ -598,6 +598,20 @@ fn the_watch_event_of_our_own_create_is_not_a_duplicate() {
     assert_eq!(e.pending(), 0);
 }
 
+/// A labeled engine of node-1, listed empty, whose first poll after Service
+/// web's ServiceL2Status was set made its create (returned, still in flight).
+fn create_in_flight(
+    t: std::time::Instant,
+) -> (Engine<ServiceL2Status>, Vec<Action<MetalLBServiceL2Status>>) {
+    let mut e = Engine::<ServiceL2Status>::labeled(exact(), LabelScope::node(NS, "node-1"));
+    e.initial_sync_done();
+    let list = e.poll(t);
+    e.complete(&list[0], Outcome::Listed(Vec::new()), t);
+    e.set_labeled(svc_labels("web"), Desired::new(l2("node-1", "web")));
+    let create = e.poll(t);
+    (e, create)
+}
+
 /// The watch's event of the writer's own POST (no status yet) ahead of the
 /// create's answer: the adopted object gets no write of its own while the
 /// create (which writes the status next) is in flight; if that create then
@@ -605,13 +619,8 @@ fn the_watch_event_of_our_own_create_is_not_a_duplicate() {
 /// patches of a new object 1 ms apart.
 #[test]
 fn an_object_adopted_while_our_create_is_in_flight_waits_for_it() {
-    let mut e = Engine::<ServiceL2Status>::labeled(exact(), LabelScope::node(NS, "node-1"));
     let t = std::time::Instant::now();
-    e.initial_sync_done();
-    let list = e.poll(t);
-    e.complete(&list[0], Outcome::Listed(Vec::new()), t);
-    e.set_labeled(svc_labels("web"), Desired::new(l2("node-1", "web")));
-    let create = e.poll(t);
+    let (mut e, create) = create_in_flight(t);
     let [Action::CreateGenerated { desired, .. }] = &create[..] else {
         panic!("{create:?}")
     };
@@ -641,13 +650,8 @@ fn an_object_adopted_while_our_create_is_in_flight_waits_for_it() {
 /// flight" for good).
 #[test]
 fn an_identity_removed_while_its_adopted_create_is_in_flight_is_deleted() {
-    let mut e = Engine::<ServiceL2Status>::labeled(exact(), LabelScope::node(NS, "node-1"));
     let t = std::time::Instant::now();
-    e.initial_sync_done();
-    let list = e.poll(t);
-    e.complete(&list[0], Outcome::Listed(Vec::new()), t);
-    e.set_labeled(svc_labels("web"), Desired::new(l2("node-1", "web")));
-    let create = e.poll(t);
+    let (mut e, create) = create_in_flight(t);
     let [Action::CreateGenerated { desired, .. }] = &create[..] else {
         panic!("{create:?}")
     };
@@ -683,13 +687,8 @@ fn an_identity_removed_while_its_adopted_create_is_in_flight_is_deleted() {
 /// every new object's status was written twice.
 #[test]
 fn a_stale_watch_event_after_our_create_writes_nothing() {
-    let mut e = Engine::<ServiceL2Status>::labeled(exact(), LabelScope::node(NS, "node-1"));
     let t = std::time::Instant::now();
-    e.initial_sync_done();
-    let list = e.poll(t);
-    e.complete(&list[0], Outcome::Listed(Vec::new()), t);
-    e.set_labeled(svc_labels("web"), Desired::new(l2("node-1", "web")));
-    let create = e.poll(t);
+    let (mut e, create) = create_in_flight(t);
     let [Action::CreateGenerated { desired, .. }] = &create[..] else {
         panic!("{create:?}")
     };
