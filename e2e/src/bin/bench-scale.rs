@@ -609,6 +609,34 @@ impl Objects<'_> {
 
 /// ServiceBGPStatus objects written as the status writer writes them (create, then a
 /// server-side apply of the status), in a namespace of their own; returns etcd's growth.
+/// Creates `obj` (already there: kept) and server-side applies its `status` as the
+/// speaker's status writers do.
+async fn create_with_status(
+    api: &Api<DynamicObject>,
+    obj: &DynamicObject,
+    kind: &str,
+    status: Value,
+) -> Result<()> {
+    match api.create(&PostParams::default(), obj).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    let name = obj
+        .metadata
+        .name
+        .as_deref()
+        .context("the object has no name")?;
+    let status = json!({"apiVersion": "metallb.io/v1beta1", "kind": kind, "status": status});
+    api.patch_status(
+        name,
+        &PatchParams::apply("metallb-rs-speaker").force(),
+        &Patch::Apply(&status),
+    )
+    .await?;
+    Ok(())
+}
+
 async fn bgp_status_growth(lab: &Lab, opts: &Opts, ns: &str) -> Result<Value> {
     let n = opts.bgp_status;
     let before = etcd_db_size().await?;
@@ -628,21 +656,9 @@ async fn bgp_status_growth(lab: &Lab, opts: &Opts, ns: &str) -> Result<Value> {
                              "labels": {"metallb.io/node": node, "metallb.io/service-name": svc,
                                         "metallb.io/service-namespace": "bench-scale-svc"}},
             }))?;
-            match api.create(&PostParams::default(), &obj).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(e) => return Err(e.into()),
-            }
-            let status = json!({"apiVersion": "metallb.io/v1beta1", "kind": "ServiceBGPStatus",
-                                "status": {"node": node, "serviceName": svc, "serviceNamespace": "bench-scale-svc",
-                                           "peers": ["tor-a-peer", "tor-b-peer"]}});
-            api.patch_status(
-                &name,
-                &PatchParams::apply("metallb-rs-speaker").force(),
-                &Patch::Apply(&status),
-            )
-            .await?;
-            Ok(())
+            let status = json!({"node": node, "serviceName": svc, "serviceNamespace": "bench-scale-svc",
+                                "peers": ["tor-a-peer", "tor-b-peer"]});
+            create_with_status(&api, &obj, "ServiceBGPStatus", status).await
         }
     })
     .await
@@ -744,20 +760,7 @@ async fn node_bgp_status_growth(lab: &Lab, opts: &Opts, ns: &str) -> Result<Valu
                                           "ownerReferences": owner(&node)}});
             async move {
                 let obj: DynamicObject = serde_json::from_value(obj)?;
-                match api.create(&PostParams::default(), &obj).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(e)) if e.code == 409 => {}
-                    Err(e) => return Err(e.into()),
-                }
-                let status =
-                    json!({"apiVersion": "metallb.io/v1beta1", "kind": kind, "status": status});
-                api.patch_status(
-                    &name,
-                    &PatchParams::apply("metallb-rs-speaker").force(),
-                    &Patch::Apply(&status),
-                )
-                .await?;
-                Ok(())
+                create_with_status(&api, &obj, kind, status).await
             }
         })
         .await
