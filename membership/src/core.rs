@@ -22,6 +22,7 @@ use tracing::{debug, info, warn};
 use crate::identity::NodeId;
 use crate::wire::{
     Control, FrameError, Framer, Kind, MAX_BODY, Opened, SecretKey, Sender, Stamp, SwimCodec,
+    SyncPart,
 };
 
 const NS_PER_MS: u64 = 1_000_000;
@@ -428,7 +429,22 @@ pub struct Core {
     /// When each suspected member that was heard from was last told so
     /// (see [`Core::heard_from_suspect`]).
     suspect_told: BTreeMap<String, u64>,
+    /// A whole state of another member has been applied ([`Core::synced`]).
+    synced: bool,
+    /// Until then: the parts of whole states received, per sending process
+    /// (address, generation): their count and the indexes seen.
+    sync_parts: BTreeMap<(SocketAddr, u64), (u16, BTreeSet<u16>)>,
+    /// Until then: members asked for their whole state, and when.
+    state_asked: BTreeMap<String, u64>,
 }
+
+/// Senders whose parts of a whole state are tracked at once while not
+/// synced (beyond, a new sender's parts wait for one of those to end).
+const SYNC_SENDERS_TRACKED: usize = 8;
+
+/// A member heard before this node is synced is asked for its whole state
+/// at most this often (its answers are paced at one a second per source).
+const ASK_STATE_EVERY_NS: u64 = 500_000_000;
 
 /// A fenced node that hears from a speaker watching it checks for a
 /// majority at most this often.
@@ -636,6 +652,9 @@ impl Core {
             sync_answered: BTreeMap::new(),
             rejoin_told: BTreeMap::new(),
             suspect_told: BTreeMap::new(),
+            synced: false,
+            sync_parts: BTreeMap::new(),
+            state_asked: BTreeMap::new(),
             counters: Counters::default(),
         }
     }
@@ -656,6 +675,17 @@ impl Core {
 
     pub fn fenced(&self) -> bool {
         self.fenced
+    }
+
+    /// Whether this node has applied the whole state of another member (every
+    /// datagram of it): its view is then as complete as that member's. A
+    /// member heard before that (one that pulled this node back in, a seed
+    /// answering its join) is asked for its whole state. The speaker decides
+    /// layer 2 only once synced (or alone, or after its join wait): a view of
+    /// only the first member heard made a restarted speaker claim, for ~25 ms,
+    /// the addresses of a member it had not heard of yet (issue 24 item 1).
+    pub fn synced(&self) -> bool {
+        self.synced
     }
 
     /// Every member foca knows, with its state (Down ones included).
@@ -829,6 +859,7 @@ impl Core {
         let control = Control::Sync {
             from: self.sender(),
             reply: false,
+            part: None,
             members: vec![own, record],
         };
         self.send_control(to, &control);
@@ -854,43 +885,91 @@ impl Core {
 
     /// Sends our whole membership state in as many datagrams as it takes,
     /// each starting with our own record (the receiver checks the source
-    /// address against it); only the first asks for a reply (one full
+    /// address against it) and numbered (part k of n: the receiver knows
+    /// when it has the whole); only the first asks for a reply (one full
     /// state back, not one per datagram).
     fn send_state(&mut self, to: SocketAddr, reply: bool) {
-        let mut reply = reply;
         let own = Member::new(self.foca.identity().clone(), 0, State::Alive);
         let others: Vec<Member<NodeId>> = self.foca.iter_membership_state().cloned().collect();
         let from = self.sender();
         let budget = MAX_BODY - crate::wire::SYNC_OVERHEAD;
         let own_len = crate::wire::member_len(&own);
-        let mut chunk = vec![own.clone()];
+        let mut chunks = vec![vec![own.clone()]];
         let mut used = own_len;
         for member in others {
             let len = crate::wire::member_len(&member);
-            if used + len > budget && chunk.len() > 1 {
-                let members = std::mem::replace(&mut chunk, vec![own.clone()]);
-                self.send_control(
-                    to,
-                    &Control::Sync {
-                        from: from.clone(),
-                        reply,
-                        members,
-                    },
-                );
-                reply = false;
+            if used + len > budget && chunks.last().is_some_and(|c| c.len() > 1) {
+                chunks.push(vec![own.clone()]);
                 used = own_len;
             }
             used += len;
-            chunk.push(member);
+            if let Some(chunk) = chunks.last_mut() {
+                chunk.push(member);
+            }
         }
-        self.send_control(
-            to,
-            &Control::Sync {
-                from,
-                reply,
-                members: chunk,
-            },
-        );
+        let Ok(count) = u16::try_from(chunks.len()) else {
+            self.counters.send_too_large += 1;
+            return;
+        };
+        for (index, members) in (0..count).zip(chunks) {
+            self.send_control(
+                to,
+                &Control::Sync {
+                    from: from.clone(),
+                    reply: reply && index == 0,
+                    part: Some(SyncPart { index, count }),
+                    members,
+                },
+            );
+        }
+    }
+
+    /// Before this node is synced: a member heard at `from` is asked for its
+    /// whole state (paced per member).
+    fn ask_state_if_unsynced(&mut self, from: SocketAddr, now: u64) {
+        if self.synced || self.left {
+            return;
+        }
+        let Some(name) = self
+            .foca
+            .iter_members()
+            .find(|m| m.id().addr == from && m.state() != State::Down)
+            .map(|m| m.id().name.to_string())
+        else {
+            return;
+        };
+        if !pace(&mut self.state_asked, &name, now, ASK_STATE_EVERY_NS) {
+            return;
+        }
+        debug!(node = %name, "heard a member before holding a whole state: asking it for its state");
+        self.send_state(from, true);
+    }
+
+    /// A part of a whole state was applied: synced once every part of one
+    /// sender's whole state was.
+    fn note_sync_part(&mut self, from_addr: SocketAddr, generation: u64, part: SyncPart) {
+        if self.synced {
+            return;
+        }
+        let key = (from_addr, generation);
+        if !self.sync_parts.contains_key(&key) && self.sync_parts.len() >= SYNC_SENDERS_TRACKED {
+            return;
+        }
+        let entry = self
+            .sync_parts
+            .entry(key)
+            .or_insert_with(|| (part.count, BTreeSet::new()));
+        if entry.0 != part.count {
+            // a later state of another size: start over with it
+            *entry = (part.count, BTreeSet::new());
+        }
+        entry.1.insert(part.index);
+        if entry.1.len() == usize::from(entry.0) {
+            self.synced = true;
+            self.sync_parts.clear();
+            self.state_asked.clear();
+            info!(from = %from_addr, parts = part.count, members = self.live.len(), "membership: a whole state applied");
+        }
     }
 
     /// The owners this node must watch (it is their next candidate).
@@ -1012,6 +1091,7 @@ impl Core {
         // identity or brought the sender's new one
         self.heard_from_down_member(from, now);
         self.heard_from_suspect(from, now);
+        self.ask_state_if_unsynced(from, now);
     }
 
     /// An authenticated datagram came from a member this node suspects: it
@@ -1967,6 +2047,7 @@ impl Core {
         from_addr: SocketAddr,
         from: &Sender,
         reply: bool,
+        part: Option<SyncPart>,
         members: Vec<Member<NodeId>>,
         now: u64,
     ) {
@@ -1991,7 +2072,13 @@ impl Core {
         let result = self
             .foca
             .apply_many(members.into_iter(), true, &mut self.runtime);
+        let applied = result.is_ok();
+        // the members it brought are in the live set before this node
+        // counts as synced
         self.after_foca(result, now);
+        if let Some(part) = part.filter(|_| applied) {
+            self.note_sync_part(from_addr, from.generation, part);
+        }
         if !reply {
             return;
         }
@@ -2171,8 +2258,9 @@ impl Core {
             Control::Sync {
                 from,
                 reply,
+                part,
                 members,
-            } => self.on_sync(from_addr, &from, reply, members, now),
+            } => self.on_sync(from_addr, &from, reply, part, members, now),
             Control::Leave { from } => {
                 let Some(member) = self.member(&from.name) else {
                     return;
@@ -2256,6 +2344,17 @@ mod tests {
         /// A sync with its own record first, then `others`, as
         /// `send_state` sends it.
         fn sync(&mut self, reply: bool, others: &[NodeId], at_ms: u64) -> Vec<u8> {
+            self.sync_part(reply, Some(SyncPart { index: 0, count: 1 }), others, at_ms)
+        }
+
+        /// A sync as [`Peer::sync`], with the part given (None: a tell).
+        fn sync_part(
+            &mut self,
+            reply: bool,
+            part: Option<SyncPart>,
+            others: &[NodeId],
+            at_ms: u64,
+        ) -> Vec<u8> {
             let members = std::iter::once(self.id())
                 .chain(others.iter().cloned())
                 .map(|id| Member::new(id, 0, State::Alive))
@@ -2263,6 +2362,7 @@ mod tests {
             let control = Control::Sync {
                 from: self.sender.clone(),
                 reply,
+                part,
                 members,
             };
             self.seal(&control, at_ms)
@@ -2278,6 +2378,79 @@ mod tests {
 
     fn is_member(core: &Core, name: &str) -> bool {
         core.members().iter().any(|(id, ..)| &*id.name == name)
+    }
+
+    /// Issue 24 item 1: synced only once every part of one member's whole state is
+    /// applied; a tell (a few records) or a part is not the whole. A member heard
+    /// before is asked for its state (once per pace); after, nobody is.
+    #[test]
+    fn synced_needs_every_part_of_a_whole_state() {
+        let mut core = core();
+        let mut peer = Peer::new("node-1", "192.0.2.2", 1);
+        let third = NodeId::new("node-3", addr("192.0.2.4"), 1);
+        let fourth = NodeId::new("node-4", addr("192.0.2.5"), 1);
+        // a tell: the member is heard, but it is no whole state
+        let tell = peer.sync_part(false, None, &[], 1_000);
+        core.handle_datagram(peer.addr, &tell, 1_000 * MS);
+        assert!(!core.synced());
+        assert!(core.live().contains("node-1"));
+        let asks = |core: &mut Core, to| {
+            core.take_outputs()
+                .iter()
+                .filter_map(|o| match o {
+                    Output::Send {
+                        to: t,
+                        kind: Kind::Sync,
+                        datagram,
+                    } if *t == to => Some(datagram.clone()),
+                    _ => None,
+                })
+                .filter(|d| {
+                    let framer = Framer::new(key(), [9; 16]);
+                    let opened = framer.open(d).unwrap();
+                    matches!(
+                        Control::decode(Kind::Sync, &opened.body),
+                        Ok(Control::Sync { reply: true, .. })
+                    )
+                })
+                .count()
+        };
+        assert_eq!(asks(&mut core, peer.addr), 1, "asked for its whole state");
+        // part 1 of 2 first: not whole
+        let part = |index| Some(SyncPart { index, count: 2 });
+        let second = peer.sync_part(false, part(1), std::slice::from_ref(&fourth), 1_001);
+        core.handle_datagram(peer.addr, &second, 1_001 * MS);
+        assert!(!core.synced(), "one part of two");
+        // heard again within the pace: not asked again
+        let again = peer.sync_part(false, None, &[], 1_002);
+        core.handle_datagram(peer.addr, &again, 1_002 * MS);
+        assert_eq!(asks(&mut core, peer.addr), 0, "paced");
+        let first = peer.sync_part(false, part(0), std::slice::from_ref(&third), 1_003);
+        core.handle_datagram(peer.addr, &first, 1_003 * MS);
+        assert!(core.synced(), "both parts");
+        let live: Vec<&str> = core.live().iter().map(String::as_str).collect();
+        assert_eq!(live, ["node-0", "node-1", "node-3", "node-4"]);
+        // synced: a member heard later is not asked
+        let late = peer.sync_part(false, None, &[], 2_000);
+        core.handle_datagram(peer.addr, &late, 2_000 * MS);
+        assert_eq!(asks(&mut core, peer.addr), 0, "synced: no ask");
+    }
+
+    /// The parts count per sending process: two halves from two members are not
+    /// one whole.
+    #[test]
+    fn parts_of_two_members_states_are_not_one_whole() {
+        let mut core = core();
+        let mut a = Peer::new("node-1", "192.0.2.2", 1);
+        let mut b = Peer::new("node-2", "192.0.2.3", 2);
+        let d0 = a.sync_part(false, Some(SyncPart { index: 0, count: 2 }), &[], 1_000);
+        let d1 = b.sync_part(false, Some(SyncPart { index: 1, count: 2 }), &[], 1_000);
+        core.handle_datagram(a.addr, &d0, 1_000 * MS);
+        core.handle_datagram(b.addr, &d1, 1_000 * MS);
+        assert!(!core.synced());
+        let whole = b.sync(false, &[], 1_001);
+        core.handle_datagram(b.addr, &whole, 1_001 * MS);
+        assert!(core.synced());
     }
 
     #[test]
@@ -2297,6 +2470,7 @@ mod tests {
         let bare = Control::Sync {
             from: peer.sender.clone(),
             reply: true,
+            part: None,
             members: vec![Member::new(third.clone(), 0, State::Alive)],
         };
         let datagram = peer.seal(&bare, 1_001);

@@ -78,6 +78,7 @@ pub enum StartError {
 pub struct Membership {
     live: watch::Receiver<BTreeSet<String>>,
     fenced: watch::Receiver<bool>,
+    synced: watch::Receiver<bool>,
     events: mpsc::Receiver<Event>,
     watched: watch::Sender<BTreeSet<String>>,
     seeds: watch::Sender<Vec<SocketAddr>>,
@@ -117,6 +118,7 @@ impl Membership {
         let core = Core::new(cfg.core.clone(), cfg.key.clone(), seed);
         let (live_tx, live_rx) = watch::channel(core.live().clone());
         let (fenced_tx, fenced_rx) = watch::channel(core.fenced());
+        let (synced_tx, synced_rx) = watch::channel(core.synced());
         let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
         let (watched_tx, watched_rx) = watch::channel(BTreeSet::new());
         let (seeds_tx, seeds_rx) = watch::channel(cfg.seeds.clone());
@@ -128,6 +130,7 @@ impl Membership {
             start: Instant::now(),
             live: live_tx,
             fenced: fenced_tx,
+            synced: synced_tx,
             events: events_tx,
             pending: Pending::default(),
             watched: watched_rx,
@@ -140,6 +143,7 @@ impl Membership {
         Ok(Membership {
             live: live_rx,
             fenced: fenced_rx,
+            synced: synced_rx,
             events: events_rx,
             watched: watched_tx,
             seeds: seeds_tx,
@@ -163,6 +167,13 @@ impl Membership {
     /// reports), as a watch: never lost, whatever the event queue does.
     pub fn fenced(&self) -> watch::Receiver<bool> {
         self.fenced.clone()
+    }
+
+    /// Whether this node has applied another member's whole state
+    /// ([`crate::Core::synced`]), as a watch. It turns true after the live
+    /// set that state brought was published.
+    pub fn synced(&self) -> watch::Receiver<bool> {
+        self.synced.clone()
     }
 
     /// The next event (owner down, path fault, fence ...); `None` once the
@@ -219,6 +230,7 @@ struct Task {
     start: Instant,
     live: watch::Sender<BTreeSet<String>>,
     fenced: watch::Sender<bool>,
+    synced: watch::Sender<bool>,
     events: mpsc::Sender<Event>,
     /// State-carrying events waiting for room in `events`.
     pending: Pending,
@@ -386,6 +398,10 @@ impl Task {
                 }
             }
         }
+        // after the outputs: the live set a whole state brought is out first
+        let synced = self.core.synced();
+        self.synced
+            .send_if_modified(|s| std::mem::replace(s, synced) != synced);
         if let Some(metrics) = &mut self.metrics {
             metrics.update(&self.core);
         }

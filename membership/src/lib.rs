@@ -21,4 +21,4 @@ pub use crate::core::{Config, Core, Counters, Event, JOIN_FANOUT, Output};
 pub use crate::edge::{EdgeConfig, Membership, StartError};
 pub use crate::identity::NodeId;
 pub use crate::metrics::Metrics;
-pub use crate::wire::{DEFAULT_PORT, KEY_FILE, KeyError, Kind, SecretKey};
+pub use crate::wire::{DEFAULT_PORT, KEY_FILE, KeyError, Kind, SecretKey, SyncPart};

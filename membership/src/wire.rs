@@ -660,16 +660,33 @@ pub enum Control {
     },
     /// Part of the sender's full membership state (memberlist's push-pull:
     /// gossip alone may never tell a member about every other in a large
-    /// join). `reply`: answer with your own state.
+    /// join). `reply`: answer with your own state. `part`: which datagram of
+    /// the sender's whole state this is (None: a few records only, not the
+    /// whole state).
     Sync {
         from: Sender,
         reply: bool,
+        part: Option<SyncPart>,
         members: Vec<Member<NodeId>>,
     },
 }
 
+/// A datagram's place in a whole state sent as `count` datagrams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncPart {
+    /// 0-based, below `count`.
+    pub index: u16,
+    /// At least 1.
+    pub count: u16,
+}
+
+/// A [`Control::Sync`]'s flags: answer with your state.
+const SYNC_REPLY: u8 = 1;
+/// A [`Control::Sync`]'s flags: a [`SyncPart`] follows.
+const SYNC_PART: u8 = 2;
+
 /// Bytes of a [`Control::Sync`] body besides its members, at most.
-pub const SYNC_OVERHEAD: usize = 1 + MAX_NAME_LEN + 8 + 1 + 2;
+pub const SYNC_OVERHEAD: usize = 1 + MAX_NAME_LEN + 8 + 1 + 4 + 2;
 
 /// Encoded length of a member in a [`Control::Sync`].
 pub fn member_len(member: &Member<NodeId>) -> usize {
@@ -746,8 +763,21 @@ impl Control {
             }
             Control::Ack { id, .. } => buf.put_u64(*id),
             Control::Leave { .. } => {}
-            Control::Sync { reply, members, .. } => {
-                buf.put_u8(u8::from(*reply));
+            Control::Sync {
+                reply,
+                part,
+                members,
+                ..
+            } => {
+                let mut flags = if *reply { SYNC_REPLY } else { 0 };
+                if part.is_some() {
+                    flags |= SYNC_PART;
+                }
+                buf.put_u8(flags);
+                if let Some(part) = part {
+                    buf.put_u16(part.index);
+                    buf.put_u16(part.count);
+                }
                 let count = u16::try_from(members.len()).map_err(|_| DecodeError::TooLarge)?;
                 buf.put_u16(count);
                 let mut codec = SwimCodec::new("");
@@ -814,10 +844,20 @@ impl Control {
             },
             Kind::Leave => Control::Leave { from },
             Kind::Sync => {
-                let reply = match get_u8(&mut buf)? {
-                    0 => false,
-                    1 => true,
-                    _ => return Err(DecodeError::Invalid("flags")),
+                let flags = get_u8(&mut buf)?;
+                if flags & !(SYNC_REPLY | SYNC_PART) != 0 {
+                    return Err(DecodeError::Invalid("flags"));
+                }
+                let reply = flags & SYNC_REPLY != 0;
+                let part = if flags & SYNC_PART != 0 {
+                    let index = get_u16(&mut buf)?;
+                    let count = get_u16(&mut buf)?;
+                    if index >= count {
+                        return Err(DecodeError::Invalid("sync part"));
+                    }
+                    Some(SyncPart { index, count })
+                } else {
+                    None
                 };
                 let count = usize::from(get_u16(&mut buf)?);
                 // every member takes at least 20 bytes: no allocation
@@ -833,6 +873,7 @@ impl Control {
                 Control::Sync {
                     from,
                     reply,
+                    part,
                     members,
                 }
             }
@@ -985,7 +1026,18 @@ mod tests {
             Control::Leave { from: sender() },
             Control::Sync {
                 from: sender(),
+                reply: false,
+                part: None,
+                members: vec![Member::new(
+                    NodeId::new("node-c", "192.0.2.3:7946".parse().unwrap(), 1),
+                    3,
+                    State::Alive,
+                )],
+            },
+            Control::Sync {
+                from: sender(),
                 reply: true,
+                part: Some(SyncPart { index: 2, count: 3 }),
                 members: vec![
                     Member::new(
                         NodeId::new("node-c", "192.0.2.3:7946".parse().unwrap(), 1),
@@ -1010,6 +1062,45 @@ mod tests {
             long.push(0);
             assert!(Control::decode(control.kind(), &long).is_err());
         }
+    }
+
+    /// A sync's flags and part: unknown flags and a part beyond its count are
+    /// refused, not taken for a whole state.
+    #[test]
+    fn sync_flags_and_part_are_checked() {
+        let body = |flags: u8, part: &[u8]| {
+            let mut buf = Vec::new();
+            put_name(&mut buf, "node-a").unwrap();
+            buf.put_u64(1);
+            buf.put_u8(flags);
+            buf.extend_from_slice(part);
+            buf.put_u16(0);
+            buf
+        };
+        let decode = |b: Vec<u8>| Control::decode(Kind::Sync, &b);
+        let part = |c: Control| match c {
+            Control::Sync { reply, part, .. } => (reply, part),
+            _ => unreachable!(),
+        };
+        assert_eq!(part(decode(body(0, &[])).unwrap()), (false, None));
+        assert_eq!(part(decode(body(1, &[])).unwrap()), (true, None));
+        assert_eq!(
+            part(decode(body(3, &[0, 1, 0, 2])).unwrap()),
+            (true, Some(SyncPart { index: 1, count: 2 }))
+        );
+        assert!(matches!(
+            decode(body(4, &[])),
+            Err(DecodeError::Invalid("flags"))
+        ));
+        assert!(matches!(
+            decode(body(2, &[0, 2, 0, 2])),
+            Err(DecodeError::Invalid("sync part"))
+        ));
+        assert!(matches!(
+            decode(body(2, &[0, 0, 0, 0])),
+            Err(DecodeError::Invalid("sync part"))
+        ));
+        assert!(decode(body(2, &[0, 0])).is_err());
     }
 
     #[test]

@@ -1378,3 +1378,57 @@ fn membership_at_size() {
         wall.elapsed().as_secs_f64()
     );
 }
+
+/// Issue 24 item 1: a restarted speaker whose discovery fails (no seed to join) is
+/// pulled back in by the members that hold its old process Down. It counts as joined
+/// (`synced`, which ends the speaker's join wait) only once it holds a member's whole
+/// state: at that instant its view has every live member. The first member heard ended
+/// the wait before, with a view of two, and the speaker claimed for ~25 ms the
+/// addresses of the members it had not heard of yet. With 60 members the state takes
+/// two datagrams: one of them is not the whole.
+#[test]
+fn a_restarted_member_is_synced_only_with_the_whole_view() {
+    for (n, seed) in [(3, 81), (3, 82), (3, 83), (4, 84), (60, 85)] {
+        let mut sim = Sim::new(n, Some(SECRET), seed, |_| {});
+        sim.log_live_sets = false;
+        sim.converge(60 * SEC);
+        sim.kill(0);
+        // the others hold its process Down, and announce to it
+        sim.run_for(20 * SEC);
+        assert!(
+            sim.nodes[1..]
+                .iter()
+                .all(|node| node.core.live().len() == n - 1),
+            "n={n} seed {seed}: node 0 held down"
+        );
+        sim.restart_unjoined(0, 50_000, Some(SECRET));
+        let start = sim.now;
+        // finer than a round trip (0.4-0.6 ms here)
+        const STEP: u64 = MS / 10;
+        let mut partial = 0;
+        let mut synced_at = None;
+        while sim.now - start < 5 * SEC {
+            sim.run_for(STEP);
+            let core = &sim.nodes[0].core;
+            if core.synced() {
+                assert_eq!(
+                    core.live().len(),
+                    n,
+                    "n={n} seed {seed}: synced with a partial view {:?}",
+                    core.live()
+                );
+                synced_at = Some(sim.now - start);
+                break;
+            }
+            if core.live().len() > 1 && core.live().len() < n {
+                partial += STEP;
+            }
+        }
+        let at = synced_at.unwrap_or_else(|| panic!("n={n} seed {seed}: not synced in 5 s"));
+        println!(
+            "n={n} seed {seed}: synced {} ms after the restart, with all {n}; {} us with a partial view before",
+            at / MS,
+            partial / 1_000
+        );
+    }
+}

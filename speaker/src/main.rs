@@ -622,6 +622,7 @@ async fn wait_joined(
 ) {
     let started = std::time::Instant::now();
     let how = speaker::join::wait_joined(
+        m.synced(),
         m.live(),
         seeds,
         |s| m.set_seeds(s),
