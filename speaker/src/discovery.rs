@@ -218,28 +218,76 @@ pub fn metallb_speaker_nodes<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> BTr
         .collect()
 }
 
-/// Watches the Pods of `namespace` that lack [`OWN_POD_LABEL`] (none once a
-/// migration is over: the watch then costs the API server nothing) and
-/// publishes the nodes of the MetalLB speakers among them on `out` at each
-/// change. The watch retries on its own (`cluster_view` reflector's
-/// backoff); it ends when the returned reflector is dropped.
+/// The namespaces whose MetalLB speakers count (`--yield-to-metallb-namespaces`): the
+/// speaker's own and `others`, without blanks and repeats.
+pub fn yield_namespaces(own: &str, others: &[String]) -> BTreeSet<String> {
+    std::iter::once(own)
+        .chain(others.iter().map(String::as_str))
+        .map(str::trim)
+        .filter(|ns| !ns.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The nodes of MetalLB's speakers per namespace, each namespace's watch writing its
+/// own entry; [`MetalLbSpeakers::nodes`] is their union.
+#[derive(Debug, Default)]
+pub struct MetalLbSpeakers {
+    by_namespace: std::collections::BTreeMap<String, BTreeSet<String>>,
+}
+
+impl MetalLbSpeakers {
+    /// `namespace`'s speakers' nodes are now `nodes`.
+    pub fn set(&mut self, namespace: &str, nodes: BTreeSet<String>) {
+        if nodes.is_empty() {
+            self.by_namespace.remove(namespace);
+        } else {
+            self.by_namespace.insert(namespace.to_owned(), nodes);
+        }
+    }
+
+    /// The nodes where a MetalLB speaker of any namespace runs.
+    pub fn nodes(&self) -> BTreeSet<String> {
+        self.by_namespace.values().flatten().cloned().collect()
+    }
+}
+
+/// Watches, in each of `namespaces`, the Pods that lack [`OWN_POD_LABEL`] (none once a
+/// migration is over: the watch then costs the API server nothing) and publishes the
+/// nodes of the MetalLB speakers among them, all namespaces together, on `out` at each
+/// change. Each watch retries on its own (`cluster_view` reflector's backoff; a
+/// namespace the speaker may not read is retried with it, and the others still count);
+/// they end when the returned reflectors are dropped.
 pub fn watch_metallb_speakers(
     client: Client,
-    namespace: &str,
+    namespaces: &BTreeSet<String>,
     out: watch::Sender<BTreeSet<String>>,
-) -> Reflector<Pod> {
-    let api = Api::<Pod>::namespaced(client, namespace);
-    let config = kube::runtime::watcher::Config::default().labels(&format!("!{OWN_POD_LABEL}"));
-    Reflector::with_trim(api, config, trim_pod, move |_, store| {
-        let nodes = metallb_speaker_nodes(store.state().iter().map(AsRef::as_ref));
-        out.send_if_modified(|cur| {
-            let changed = *cur != nodes;
-            if changed {
-                *cur = nodes;
-            }
-            changed
-        });
-    })
+) -> Vec<Reflector<Pod>> {
+    let shared = std::sync::Arc::new(std::sync::Mutex::new((MetalLbSpeakers::default(), out)));
+    namespaces
+        .iter()
+        .map(|namespace| {
+            let api = Api::<Pod>::namespaced(client.clone(), namespace);
+            let config =
+                kube::runtime::watcher::Config::default().labels(&format!("!{OWN_POD_LABEL}"));
+            let shared = shared.clone();
+            let namespace = namespace.clone();
+            Reflector::with_trim(api, config, trim_pod, move |_, store| {
+                let nodes = metallb_speaker_nodes(store.state().iter().map(AsRef::as_ref));
+                let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
+                let (speakers, out) = &mut *guard;
+                speakers.set(&namespace, nodes);
+                let all = speakers.nodes();
+                out.send_if_modified(|cur| {
+                    let changed = *cur != all;
+                    if changed {
+                        *cur = all;
+                    }
+                    changed
+                });
+            })
+        })
+        .collect()
 }
 
 /// What the MetalLB speaker watch keeps of a Pod: its labels, deletion
@@ -300,6 +348,40 @@ mod tests {
             }
         }))
         .unwrap()
+    }
+
+    /// `--yield-to-metallb-namespaces`: its own namespace always, blanks and repeats
+    /// dropped.
+    #[test]
+    fn yield_namespaces_are_its_own_and_the_others_given() {
+        let given = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let got = |own, v: &[&str]| {
+            yield_namespaces(own, &given(v))
+                .into_iter()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(got("lb", &[]), ["lb"]);
+        assert_eq!(
+            got("lb", &["metallb-system", " ", "lb", "metallb-system "]),
+            ["lb", "metallb-system"]
+        );
+    }
+
+    /// Each namespace's watch replaces its own entry: a namespace whose speakers
+    /// went keeps no node, another's still count.
+    #[test]
+    fn metallb_speakers_are_the_union_of_the_namespaces() {
+        let nodes = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
+        let mut m = MetalLbSpeakers::default();
+        m.set("metallb-system", nodes(&["node-a", "node-b"]));
+        m.set("lb", nodes(&["node-b", "node-c"]));
+        assert_eq!(m.nodes(), nodes(&["node-a", "node-b", "node-c"]));
+        m.set("metallb-system", nodes(&["node-a"]));
+        assert_eq!(m.nodes(), nodes(&["node-a", "node-b", "node-c"]));
+        m.set("lb", BTreeSet::new());
+        assert_eq!(m.nodes(), nodes(&["node-a"]));
+        m.set("metallb-system", BTreeSet::new());
+        assert!(m.nodes().is_empty());
     }
 
     #[test]

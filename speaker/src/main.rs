@@ -96,6 +96,11 @@ struct Args {
     /// address answered by both implementations during a migration.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "true")]
     yield_to_metallb: bool,
+    /// Other namespaces whose MetalLB speaker Pods count for `--yield-to-metallb`, besides
+    /// the speaker's own (a MetalLB installed in another namespace than ours),
+    /// comma-separated. The speaker needs `list` and `watch` on Pods there.
+    #[arg(long, env = "METALLB_YIELD_NAMESPACES", value_delimiter = ',')]
+    yield_to_metallb_namespaces: Vec<String>,
     /// HTTPS metrics port (0 disables metrics).
     #[arg(long, default_value_t = 9120)]
     port: u16,
@@ -527,7 +532,13 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
     // where the two implementations elect apart.
     let (metallb_speakers, _metallb_watch) = if args.yield_to_metallb && ml_pending.is_some() {
         let (tx, rx) = watch::channel(std::collections::BTreeSet::new());
-        let w = speaker::discovery::watch_metallb_speakers(client.clone(), &ns, tx);
+        let namespaces =
+            speaker::discovery::yield_namespaces(&ns, &args.yield_to_metallb_namespaces);
+        tracing::info!(
+            ?namespaces,
+            "yielding layer-2 Services to MetalLB's speakers of these namespaces"
+        );
+        let w = speaker::discovery::watch_metallb_speakers(client.clone(), &namespaces, tx);
         (Some(rx), Some(w))
     } else {
         (None, None)

@@ -13,5 +13,6 @@ mod ipv6;
 mod l2;
 mod l2_cases;
 mod l2_failover;
+mod l2_yield;
 mod metrics;
 mod warnings;
