@@ -374,6 +374,7 @@ async fn run(args: Args) -> Result<()> {
     let status_api =
         KubeStatusApi::<ConfigurationState>::new(client.clone(), FIELD_MANAGER_CONTROLLER);
     let component = Component::Controller;
+    let trim_task = daemon::heap::spawn_release_free_heap(stopped());
     let writer_task = tokio::spawn({
         let writer = writer.clone();
         let api = status_api.clone();
@@ -558,7 +559,7 @@ async fn run(args: Args) -> Result<()> {
     {
         tracing::warn!("releasing the lease took too long; it expires on its own");
     }
-    for task in [writer_task, pool_writer_task] {
+    for task in [trim_task, writer_task, pool_writer_task] {
         if tokio::time::timeout(left() / 4, task).await.is_err() {
             tracing::warn!("a status writer did not stop in time");
         }

@@ -10,11 +10,13 @@
 //!   [`health::Heartbeat`]) and `/readyz`;
 //! - [`events`]: Kubernetes events with a deadline, never blocking a loop;
 //! - [`k8s_metrics`]: MetalLB's `metallb_k8s_client_*` metrics;
+//! - [`heap`]: the allocator's free pages given back to the system now and then;
 //! - [`shutdown_signal`]: SIGTERM or SIGINT.
 
 pub mod events;
 pub mod flags;
 pub mod health;
+pub mod heap;
 pub mod k8s_metrics;
 pub mod logging;
 pub mod metrics;

@@ -10,6 +10,9 @@
 //!   (`bind(2)` with a `sockaddr_ll`) with a classic BPF filter
 //!   (`SO_ATTACH_FILTER`), for the BFD echo function.
 //!
+//! And the one allocator call the daemons make, [`release_free_heap`]
+//! (glibc's `malloc_trim`), which no safe crate wraps either.
+//!
 //! All `unsafe` lives in the private `sys` module (every block argued with
 //! a `// SAFETY:` comment); the crate denies `unsafe_code` elsewhere.
 //! Errors never hold key material.
@@ -33,6 +36,16 @@ pub const IPV6_MINHOPCOUNT: i32 = 73;
 
 const _: () = assert!(IP_MINTTL == libc::IP_MINTTL);
 const _: () = assert!(IPV6_MINHOPCOUNT == libc::IPV6_MINHOPCOUNT);
+
+/// Gives the pages the allocator holds free back to the system (glibc's
+/// `malloc_trim(0)`); whether some memory was released. glibc returns freed memory
+/// only from the top of a heap by itself: after the big transient buffers of a start
+/// (list responses decoded, then dropped) the free pages below live data stay in the
+/// process's RSS. Elsewhere (musl, other systems) nothing happens: false. It walks
+/// every arena under its lock: call it at a quiet moment, off the async workers.
+pub fn release_free_heap() -> bool {
+    sys::malloc_trim()
+}
 
 /// The address family of a socket (`SO_DOMAIN`).
 fn domain(fd: BorrowedFd<'_>) -> io::Result<libc::c_int> {

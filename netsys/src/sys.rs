@@ -259,3 +259,18 @@ pub(crate) fn attach_filter(fd: BorrowedFd<'_>, prog: &[libc::sock_filter]) -> i
         Err(io::Error::last_os_error())
     }
 }
+
+/// glibc's `malloc_trim(0)`: every whole free page of every arena goes back to the
+/// system (`madvise`); 1 if some memory was released. Elsewhere (musl, other systems)
+/// nothing to call: false.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub(crate) fn malloc_trim() -> bool {
+    // SAFETY: malloc_trim takes no pointer and has no precondition; glibc serialises it
+    // with every other allocator call (it takes each arena's lock in turn).
+    unsafe { libc::malloc_trim(0) == 1 }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub(crate) fn malloc_trim() -> bool {
+    false
+}

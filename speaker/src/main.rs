@@ -395,6 +395,7 @@ async fn run(args: Args, ml: Option<(MlSettings, Option<membership::SecretKey>)>
     let status_api =
         KubeStatusApi::<ConfigurationState>::new(client.clone(), FIELD_MANAGER_SPEAKER);
     let mut tasks = Vec::new();
+    tasks.push(daemon::heap::spawn_release_free_heap(stopped()));
     tasks.push(tokio::spawn({
         let (writer, api, stopped) = (writer.clone(), status_api.clone(), stopped());
         async move { writer.run(api, stopped).await }
