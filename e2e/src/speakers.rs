@@ -579,6 +579,24 @@ impl SpeakerLab {
         Ok(())
     }
 
+    /// A layer-2 address on the nodes' segment: the client reaches `ip` there (a /32 route
+    /// on its interface, no router in between) and the IPAddressPool `pool` holds the
+    /// test's IPv4 pool (`plan::POOL_V4`).
+    pub async fn l2_address_on_segment(&self, ip: impl Into<IpAddr>) -> Result<()> {
+        let ip = ip.into();
+        let client_if = self.net.net.l2_iface("client").to_owned();
+        self.net
+            .net
+            .client()
+            .ip(&["route", "add", &format!("{ip}/32"), "dev", &client_if])?;
+        self.apply(
+            "IPAddressPool",
+            "pool",
+            json!({"addresses": [plan::POOL_V4]}),
+        )
+        .await
+    }
+
     /// The usual configuration: IPAddressPool `pool` (198.51.100.0/24, no auto-assign
     /// needed: the tests set the Service's address), BGPPeer `router` (192.0.2.1, AS
     /// 64512 from 64513) and BGPAdvertisement `adv` with `adv_spec` (e.g. `{}`).

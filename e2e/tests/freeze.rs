@@ -429,17 +429,7 @@ async fn api_away_scenario(sl: &mut e2e::speakers::SpeakerLab, pid: u32) -> Resu
         sl.net.net.node(n).mac(&iface)
     };
     let (owner_mac, next_mac) = (mac(L2_OWNER)?, mac(L2_NEXT)?);
-    let client_if = sl.net.net.l2_iface("client").to_owned();
-    sl.net
-        .net
-        .client()
-        .ip(&["route", "add", &format!("{ip_s}/32"), "dev", &client_if])?;
-    sl.apply(
-        "IPAddressPool",
-        "pool",
-        json!({"addresses": [plan::POOL_V4]}),
-    )
-    .await?;
+    sl.l2_address_on_segment(ip).await?;
     sl.apply("L2Advertisement", "l2", json!({})).await?;
     sl.wait_configuration_valid(Duration::from_secs(60)).await?;
     let svc = sl.service("web").endpoints(vec![

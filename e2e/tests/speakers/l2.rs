@@ -198,18 +198,7 @@ async fn scenario(sl: &mut SpeakerLab, key: &str) -> Result<()> {
     let ip = pool_ip(90);
     let ip_s = ip.to_string();
     let macs = node_macs(sl)?;
-    // The client reaches the address on the segment (no router in between).
-    let client_if = sl.net.net.l2_iface("client").to_owned();
-    sl.net
-        .net
-        .client()
-        .ip(&["route", "add", &format!("{ip_s}/32"), "dev", &client_if])?;
-    sl.apply(
-        "IPAddressPool",
-        "pool",
-        json!({"addresses": [plan::POOL_V4]}),
-    )
-    .await?;
+    sl.l2_address_on_segment(ip).await?;
     // Only the nodes labelled by this test (other Nodes of the lab never win).
     sl.apply(
         "L2Advertisement",

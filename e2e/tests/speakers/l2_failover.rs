@@ -188,16 +188,7 @@ async fn setup(sl: &mut SpeakerLab) -> Result<Setup> {
         macs.iter().map(|(m, n)| (n.clone(), m.clone())).collect();
     let owner = plan::node_name(OWNER);
     let client_if = sl.net.net.l2_iface("client").to_owned();
-    sl.net
-        .net
-        .client()
-        .ip(&["route", "add", &format!("{ip_s}/32"), "dev", &client_if])?;
-    sl.apply(
-        "IPAddressPool",
-        "pool",
-        json!({"addresses": [plan::POOL_V4]}),
-    )
-    .await?;
+    sl.l2_address_on_segment(ip).await?;
     sl.apply("L2Advertisement", "l2", json!({})).await?;
     sl.wait_configuration_valid(WITHIN).await?;
     let svc = sl.service("web").endpoints(vec![

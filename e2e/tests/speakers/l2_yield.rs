@@ -111,17 +111,7 @@ async fn scenario(sl: &mut SpeakerLab, named: &str, unnamed: &str) -> Result<()>
     let ip = pool_ip(91);
     let ip_s = ip.to_string();
     let macs = node_macs(sl)?;
-    let client_if = sl.net.net.l2_iface("client").to_owned();
-    sl.net
-        .net
-        .client()
-        .ip(&["route", "add", &format!("{ip_s}/32"), "dev", &client_if])?;
-    sl.apply(
-        "IPAddressPool",
-        "pool",
-        json!({"addresses": [testkit::plan::POOL_V4]}),
-    )
-    .await?;
+    sl.l2_address_on_segment(ip).await?;
     sl.apply("L2Advertisement", "l2", json!({})).await?;
     wait_until(
         "the speakers of node-2 and node-3 say their configuration is Valid",
