@@ -99,7 +99,12 @@ struct Args {
     /// Other namespaces whose MetalLB speaker Pods count for `--yield-to-metallb`, besides
     /// the speaker's own (a MetalLB installed in another namespace than ours),
     /// comma-separated. The speaker needs `list` and `watch` on Pods there.
-    #[arg(long, env = "METALLB_YIELD_NAMESPACES", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "METALLB_YIELD_NAMESPACES",
+        value_delimiter = ',',
+        default_value = ""
+    )]
     yield_to_metallb_namespaces: Vec<String>,
     /// HTTPS metrics port (0 disables metrics).
     #[arg(long, default_value_t = 9120)]
