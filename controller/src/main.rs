@@ -559,7 +559,9 @@ async fn run(args: Args) -> Result<()> {
     {
         tracing::warn!("releasing the lease took too long; it expires on its own");
     }
-    for task in [trim_task, writer_task, pool_writer_task] {
+    // ends with `stopped` (between two trims); nothing to wait for
+    trim_task.abort();
+    for task in [writer_task, pool_writer_task] {
         if tokio::time::timeout(left() / 4, task).await.is_err() {
             tracing::warn!("a status writer did not stop in time");
         }

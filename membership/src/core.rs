@@ -434,8 +434,9 @@ pub struct Core {
     /// Until then: the parts of whole states received, per sending process
     /// (address, generation): their count and the indexes seen.
     sync_parts: BTreeMap<(SocketAddr, u64), (u16, BTreeSet<u16>)>,
-    /// Until then: members asked for their whole state, and when.
-    state_asked: BTreeMap<String, u64>,
+    /// Until then: the addresses of members asked for their whole state, and
+    /// when.
+    state_asked: BTreeMap<SocketAddr, u64>,
 }
 
 /// Senders whose parts of a whole state are tracked at once while not
@@ -925,9 +926,18 @@ impl Core {
     }
 
     /// Before this node is synced: a member heard at `from` is asked for its
-    /// whole state (paced per member).
+    /// whole state (paced per address). Runs after every datagram until then:
+    /// the pace is checked before the member list is searched, so the datagrams
+    /// of a member asked a moment ago cost a map lookup.
     fn ask_state_if_unsynced(&mut self, from: SocketAddr, now: u64) {
         if self.synced || self.left {
+            return;
+        }
+        if self
+            .state_asked
+            .get(&from)
+            .is_some_and(|at| now.saturating_sub(*at) < ASK_STATE_EVERY_NS)
+        {
             return;
         }
         let Some(name) = self
@@ -938,9 +948,9 @@ impl Core {
         else {
             return;
         };
-        if !pace(&mut self.state_asked, &name, now, ASK_STATE_EVERY_NS) {
-            return;
-        }
+        self.state_asked
+            .retain(|_, at| now.saturating_sub(*at) < ASK_STATE_EVERY_NS);
+        self.state_asked.insert(from, now);
         debug!(node = %name, "heard a member before holding a whole state: asking it for its state");
         self.send_state(from, true);
     }
