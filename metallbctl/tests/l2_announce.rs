@@ -7,9 +7,13 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::Command;
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, ensure};
+use anyhow::{Context, bail, ensure};
+use arp_ndp::packet::{ArpFrame, ETHERTYPE_ARP, MacAddr};
+use netsys::packet::{PacketSocket, SockFilter};
 use serde_json::Value;
 use testkit::{Lab, LabOptions, NsChild};
 
@@ -101,7 +105,7 @@ fn l2_announce_answers_refuses_a_live_ip_and_reports() -> anyhow::Result<()> {
     n1.signal(testkit::process::Signal::INT);
     let status = n1
         .wait_timeout(Duration::from_secs(5))?
-        .context("node-1 did not stop on SIGINT")?;
+        .with_context(|| format!("node-1 did not stop on SIGINT; its log:\n{}", n1.log()))?;
     ensure!(status.success(), "node-1 exit: {status:?}\n{}", n1.log());
     let ev = events(&n1.log());
     let requests = of_kind(&ev, "request");
@@ -218,5 +222,120 @@ fn l2_announce_force_takes_a_live_ip() -> anyhow::Result<()> {
             .all(|p| p["answered_by"].is_string()),
         "{ev:#?}"
     );
+    Ok(())
+}
+
+/// ARP requests for `target` from the client, one every 500 us, until `stop`:
+/// a thread in the client's namespace with an `AF_PACKET` socket. Returns once
+/// the socket is open; `sent` counts the requests.
+fn flood(
+    lab: &Lab,
+    target: Ipv4Addr,
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+) -> anyhow::Result<std::thread::JoinHandle<anyhow::Result<()>>> {
+    let cif = lab.l2_iface("client").to_owned();
+    let client = lab.client();
+    let link = client.ip_json(&["link", "show", "dev", &cif])?;
+    let ifindex = link[0]["ifindex"]
+        .as_u64()
+        .context("the client's ifindex")? as u32;
+    let mac: MacAddr = client
+        .mac(&cif)?
+        .parse()
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let netns = client.name().to_owned();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || -> anyhow::Result<()> {
+        let open = || -> anyhow::Result<PacketSocket> {
+            testkit::netns::enter_thread(&netns)?;
+            // Sends only: a filter that accepts nothing.
+            Ok(PacketSocket::open(
+                ifindex,
+                ETHERTYPE_ARP,
+                &[SockFilter::stmt(0x06, 0)],
+            )?)
+        };
+        let sock = match open() {
+            Ok(s) => {
+                let _ = ready_tx.send(Ok(()));
+                s
+            }
+            Err(e) => {
+                let _ = ready_tx.send(Err(anyhow::anyhow!("{e:#}")));
+                return Err(e);
+            }
+        };
+        let frame = ArpFrame::request(mac, testkit::plan::CLIENT_V4, target).encode();
+        while !stop.load(Ordering::Relaxed) {
+            sock.send(&frame).context("sending an ARP request")?;
+            sent.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        Ok(())
+    });
+    ready_rx
+        .recv_timeout(Duration::from_secs(10))
+        .context("the flood did not start")??;
+    Ok(thread)
+}
+
+/// SIGINT stops `l2-announce` while it answers a flood of requests: its loop
+/// is busy with one request after another, and a signal delivered between two
+/// of its turns must not be lost (it was, 7 times in 20, while the loop made a
+/// new Ctrl-C listener per turn). Ten rounds: a lost signal fails it with
+/// near certainty.
+#[test]
+fn l2_announce_stops_on_sigint_while_answering_a_flood() -> anyhow::Result<()> {
+    const ROUNDS: usize = 10;
+    let _serial = testkit::serial()?;
+    let lab = lab()?;
+    let if1 = lab.l2_iface("node-1").to_owned();
+    for round in 1..=ROUNDS {
+        let mut n1: NsChild = lab.node(1).spawn(BIN, &announce_args(&if1, &[]))?;
+        testkit::wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
+            if of_kind(&events(&n1.log()), "owned").len() == 2 {
+                Ok(())
+            } else {
+                Err(n1.log())
+            }
+        })?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let sent = Arc::new(AtomicU64::new(0));
+        let flooder = flood(&lab, V4, stop.clone(), sent.clone())?;
+        // Until it answers the flood (its loop busy), at most 5 s.
+        let busy_by = Instant::now() + Duration::from_secs(5);
+        while of_kind(&events(&n1.log()), "request").len() < 100 {
+            if Instant::now() > busy_by {
+                stop.store(true, Ordering::Relaxed);
+                bail!(
+                    "round {round}: node-1 logged under 100 requests of {} sent:\n{}",
+                    sent.load(Ordering::Relaxed),
+                    n1.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        n1.signal(testkit::process::Signal::INT);
+        let status = n1.wait_timeout(Duration::from_secs(5));
+        stop.store(true, Ordering::Relaxed);
+        flooder
+            .join()
+            .map_err(|_| anyhow::anyhow!("the flood thread panicked"))??;
+        let status = status?.with_context(|| {
+            format!(
+                "round {round}/{ROUNDS}: node-1 did not stop within 5 s of SIGINT \
+                 ({} requests sent)",
+                sent.load(Ordering::Relaxed)
+            )
+        })?;
+        ensure!(status.success(), "round {round}: exit {status:?}");
+        let ev = events(&n1.log());
+        let stopped = of_kind(&ev, "stopped");
+        ensure!(
+            stopped.len() == 1 && stopped[0]["reason"] == "interrupt",
+            "round {round}: {stopped:?}"
+        );
+    }
     Ok(())
 }
