@@ -4,7 +4,9 @@
 //! advertisement and peer `nodeSelectors`, advertisement `peers`, communities and
 //! LOCAL_PREF (iBGP), `externalTrafficPolicy: Local`, the exclude label and
 //! `--ignore-exclude-lb`, BFD and a silent link cut, an invalid configuration keeping
-//! every route, SIGTERM's Cease, and the status objects (`BGPSessionStatus`,
+//! every route, advertisements whose LOCAL_PREF conflicts on one node
+//! (`conflictingAdvertisements`), a pool deleted and created again withdrawing nothing
+//! (upstream's `SetConfig`), SIGTERM's Cease, and the status objects (`BGPSessionStatus`,
 //! `ServiceBGPStatus`) read with kube and `kubectl get`.
 //!
 //! No controller runs: each test writes the Service's `status.loadBalancer.ingress`
@@ -351,6 +353,70 @@ async fn communities_local_pref_to_ibgp_only_and_advertisement_peers() -> Result
     sl.finish(r).await
 }
 
+/// Two BGPAdvertisements that select one Service on one node with different LOCAL_PREF
+/// (one with serviceSelectors, so the configuration itself is valid): the Service is
+/// withdrawn on that node only, with upstream's reason `conflictingAdvertisements` in
+/// `metallbctl explain`; a Service only one of them selects is announced everywhere;
+/// the LOCAL_PREF made equal, it is announced from that node again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advertisements_with_different_local_pref_withdraw_the_service_on_their_common_node()
+-> Result<()> {
+    let Some((_lab, mut sl)) = start(SpeakerLabOptions::new("spk-conflict")).await? else {
+        return Ok(());
+    };
+    let key = sl.label_key();
+    let r = async {
+        sl.label_node("node-1", &key, Some("gold")).await?;
+        sl.apply_basic_config(json!({})).await?;
+        let gold = |pref: u32| {
+            json!({"localPref": pref,
+                   "serviceSelectors": [{"matchLabels": {"tier": "gold"}}],
+                   "nodeSelectors": [{"matchLabels": {&key: "gold"}}]})
+        };
+        sl.apply("BGPAdvertisement", "gold", gold(200)).await?;
+        sl.wait_sessions(&ALL, SESSIONS_WITHIN).await?;
+        let web = sl
+            .service("web")
+            .label("tier", "gold")
+            .endpoints(vec![EndpointSpec::ready("node-2")]);
+        sl.create_service(web, &[pool_ip(60)]).await?;
+        let plain = sl
+            .service("plain")
+            .endpoints(vec![EndpointSpec::ready("node-2")]);
+        sl.create_service(plain, &[pool_ip(61)]).await?;
+        // `plain`: only `adv` selects it, from every node; `web` on node-1: `adv`
+        // (no LOCAL_PREF) and `gold` (200) disagree.
+        sl.wait_next_hops(&host(61), &ALL, ROUTE_WITHIN).await?;
+        sl.wait_next_hops(&host(60), &[2, 3], ROUTE_WITHIN).await?;
+        let (_, v) = crate::explain::explain_json(&sl, "web").await?;
+        let node1: Vec<&Value> = v["bgp"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|n| n["node"] == "node-1")
+            .collect();
+        ensure!(
+            node1.len() == 1 && node1[0]["reason"] == "conflictingAdvertisements",
+            "explain's node-1 for web: {node1:?}\n{v:#}"
+        );
+        // Held for a while, not a passing state.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        sl.wait_next_hops(&host(60), &[2, 3], Duration::from_millis(1))
+            .await
+            .context("node-1 must not announce web while its advertisements conflict")?;
+
+        // The same LOCAL_PREF: node-1 announces web too.
+        sl.apply("BGPAdvertisement", "adv", json!({"localPref": 200}))
+            .await?;
+        sl.wait_next_hops(&host(60), &ALL, ROUTE_WITHIN).await?;
+        sl.wait_next_hops(&host(61), &ALL, Duration::from_secs(1))
+            .await?;
+        anyhow::Ok(())
+    }
+    .await;
+    sl.finish(r).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn external_traffic_policy_local_announces_only_from_nodes_with_serving_endpoints()
 -> Result<()> {
@@ -472,6 +538,67 @@ async fn an_invalid_configuration_keeps_every_route_and_shows_invalid_until_fixe
         sl.delete("IPAddressPool", "overlap").await?;
         sl.wait_configuration_valid(Duration::from_secs(5)).await?;
         sl.wait_next_hops(&host(80), &ALL, Duration::from_secs(1))
+            .await?;
+        anyhow::Ok(())
+    }
+    .await;
+    sl.finish(r).await
+}
+
+/// A pool deleted and created again (an edit done as delete + apply): MetalLB's
+/// speaker refuses a configuration that leaves an announced Service's address in no
+/// pool, so nothing is withdrawn for the gap. Every speaker keeps its routes and says
+/// why in its ConfigurationState; the pool back, the configuration is loaded again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_deleted_and_created_again_withdraws_nothing() -> Result<()> {
+    let Some((_lab, sl)) = start(SpeakerLabOptions::new("spk-repool")).await? else {
+        return Ok(());
+    };
+    let r = async {
+        sl.apply_basic_config(json!({})).await?;
+        sl.wait_sessions(&ALL, SESSIONS_WITHIN).await?;
+        let svc = sl
+            .service("web")
+            .endpoints(vec![EndpointSpec::ready("node-1")]);
+        sl.create_service(svc, &[pool_ip(70)]).await?;
+        sl.wait_next_hops(&host(70), &ALL, ROUTE_WITHIN).await?;
+
+        sl.delete("IPAddressPool", "pool").await?;
+        let want = format!("service {}/web has no configuration", sl.namespace());
+        wait_until(
+            "every speaker's ConfigurationState Invalid (web in no pool)",
+            Duration::from_secs(5),
+            || async {
+                let mut seen = Vec::new();
+                let mut ok = true;
+                for node in sl.node_names() {
+                    let s = sl
+                        .configuration_state(&node)
+                        .await
+                        .map_err(|e| format!("{e:#}"))?;
+                    ok &= matches!(&s, Some((r, e)) if r == "Invalid" && e.contains(&want));
+                    seen.push(format!("{node}: {s:?}"));
+                }
+                if ok { Ok(()) } else { Err(seen.join("; ")) }
+            },
+        )
+        .await?;
+        // The route stays from every node while the pool is away.
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until {
+            sl.wait_next_hops(&host(70), &ALL, Duration::from_millis(1))
+                .await
+                .context("the route must stay while the pool is away")?;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        sl.apply(
+            "IPAddressPool",
+            "pool",
+            json!({"addresses": ["198.51.100.0/24"]}),
+        )
+        .await?;
+        sl.wait_configuration_valid(Duration::from_secs(5)).await?;
+        sl.wait_next_hops(&host(70), &ALL, Duration::from_secs(1))
             .await?;
         anyhow::Ok(())
     }

@@ -93,7 +93,7 @@ pub(crate) async fn metallbctl_as(
 }
 
 /// explain's JSON, with its exit status.
-async fn explain_json(sl: &SpeakerLab, svc: &str) -> Result<(Option<i32>, Value)> {
+pub(crate) async fn explain_json(sl: &SpeakerLab, svc: &str) -> Result<(Option<i32>, Value)> {
     let (code, out) = explain(sl, svc, true).await?;
     Ok((code, serde_json::from_str(&out).context("explain's JSON")?))
 }
