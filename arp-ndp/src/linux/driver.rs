@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -25,7 +25,7 @@ use crate::announce::AnnounceConfig;
 use crate::groups::{FailedGroup, GroupAction, GroupTable};
 use crate::interfaces::{AllowedInterfaces, ExcludeList, Interface};
 use crate::metrics::Metrics;
-use crate::packet::{ArpFrame, ArpOp, EthernetHeader, MacAddr};
+use crate::packet::{ArpFrame, ArpOp, EthernetHeader, MacAddr, mld2_reports};
 use crate::responder::{Decision, DropReason};
 use crate::state::{IpCounters, L2State};
 
@@ -252,7 +252,12 @@ impl L2Handle {
             .map_err(|_| Stopped)
     }
 
-    /// Announces every owned address again ([`L2State::reannounce`]).
+    /// Announces every owned address again ([`L2State::reannounce`]) and
+    /// restates every solicited-node group joined with an MLDv2 report per
+    /// interface ([`crate::packet::mld2_reports`]): after a cut, a snooping
+    /// switch may have forgotten this node's groups (its reports to the
+    /// querier were lost), and would not forward solicitations for these
+    /// addresses here until the next query (125 s by default).
     pub fn reannounce(&self) -> Result<(), Stopped> {
         self.commands.send(Command::Reannounce).map_err(|_| Stopped)
     }
@@ -606,6 +611,31 @@ impl Driver {
         }
     }
 
+    /// Sends MLDv2 reports for every solicited-node group joined, per
+    /// interface, from its link-local address. Returns the groups reported.
+    fn report_groups(&self) -> usize {
+        let mut by_iface: BTreeMap<String, Vec<Ipv6Addr>> = BTreeMap::new();
+        for (_, name, group) in lock_groups(&self.groups).joined().keys() {
+            by_iface.entry(name.clone()).or_default().push(*group);
+        }
+        let mut reported = 0;
+        for (name, groups) in by_iface {
+            let Some(s) = self.sockets.get(&name) else {
+                continue;
+            };
+            let (Some(sock), Some(ll)) = (&s.ndp, s.iface.link_local) else {
+                continue;
+            };
+            for frame in mld2_reports(s.iface.mac, ll, &groups) {
+                if let Err(e) = sock.send(&frame) {
+                    tracing::warn!(interface = %name, error = %e, "MLD report not sent");
+                }
+            }
+            reported += groups.len();
+        }
+        reported
+    }
+
     fn socket_for(&self, interface: &str, ip: IpAddr) -> Option<&Arc<PacketSocket>> {
         let s = self.sockets.get(interface)?;
         match ip {
@@ -634,7 +664,12 @@ impl Driver {
             Command::ReleaseOwner(owner) => lock(&self.state).release_owner(now, &owner),
             Command::Reannounce => {
                 let n = lock(&self.state).reannounce(now);
-                tracing::debug!(addresses = n, "announcing every owned address again");
+                let groups = self.report_groups();
+                tracing::debug!(
+                    addresses = n,
+                    groups,
+                    "announcing every owned address again, restating the groups"
+                );
                 Vec::new()
             }
         };

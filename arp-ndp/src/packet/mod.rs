@@ -1,7 +1,9 @@
 //! Wire codecs: Ethernet II, ARP (RFC 826) and the two ICMPv6 neighbour
 //! discovery messages we need (RFC 4861 Neighbor Solicitation and Neighbor
 //! Advertisement), with the IPv6 header they ride in and the extension
-//! headers that may come before them ([`upper_layer`]).
+//! headers that may come before them ([`upper_layer`]); and the MLDv2
+//! report the driver sends to restate its solicited-node groups
+//! ([`mld2_reports`], encode only).
 //!
 //! Decoders take a byte slice, never panic, never allocate, and ignore
 //! trailing bytes beyond what the headers say (Ethernet pads short frames
@@ -21,6 +23,7 @@
 mod arp;
 mod ethernet;
 mod ext;
+mod mld;
 mod ndp;
 
 pub use arp::{ARP_FRAME_LEN, ARP_LEN, ArpFrame, ArpOp, ArpPacket};
@@ -31,6 +34,10 @@ pub use ethernet::{
 pub use ext::{
     IPPROTO_DSTOPTS, IPPROTO_FRAGMENT, IPPROTO_HOPOPTS, IPPROTO_ROUTING, MAX_EXTENSION_HEADERS,
     is_walked_extension_header, upper_layer,
+};
+pub use mld::{
+    ALL_MLDV2_ROUTERS, ICMPV6_MLD2_REPORT, MLD2_CHANGE_TO_EXCLUDE, MLD2_RECORDS_PER_REPORT,
+    mld2_reports,
 };
 pub use ndp::{
     ALL_NODES, ICMPV6_NEIGHBOR_ADVERTISEMENT, ICMPV6_NEIGHBOR_SOLICITATION, IPPROTO_ICMPV6,
