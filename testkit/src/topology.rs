@@ -230,7 +230,6 @@ impl TopologySpec {
             ifaces: BTreeMap::new(),
             ports: BTreeMap::new(),
             bridges: BTreeMap::new(),
-            querier_since: None,
             destroyed: false,
         };
         if let Err(e) = crate::cleanup::create_dir(&state_dir) {
@@ -246,10 +245,45 @@ impl TopologySpec {
         Ok(topo)
     }
 
+    /// Restarts each bridge's querier once the bridge has an IPv6 link-local
+    /// address. Its first start-up query went out when the bridge came up,
+    /// before it had an address to send it from (no port, no carrier), and a
+    /// Linux bridge whose own IPv6 query could not be sent floods IPv6
+    /// multicast, registered groups too, until the next start-up query (~31 s
+    /// later): NDP tests in that window could not see a node missing from a
+    /// group. Restarted, it queries at once and snoops after one response
+    /// interval.
+    fn restart_queriers(&self, topo: &Topology) -> Result<()> {
+        let Some(sw) = topo.switch.as_ref() else {
+            return Ok(());
+        };
+        for br in topo.bridges.values() {
+            crate::wait_until(
+                std::time::Duration::from_secs(10),
+                std::time::Duration::from_millis(20),
+                || {
+                    let out = sw
+                        .ip(&["-6", "addr", "show", "dev", br, "scope", "link"])
+                        .map_err(|e| format!("{e:#}"))?;
+                    if out.contains("inet6 fe80:") {
+                        Ok(())
+                    } else {
+                        Err(format!("bridge {br} has no IPv6 link-local address yet"))
+                    }
+                },
+            )?;
+            for on in ["0", "1"] {
+                sw.ip(&["link", "set", br, "type", "bridge", "mcast_querier", on])?;
+            }
+        }
+        Ok(())
+    }
+
     /// Waits until the switch has learnt, for every member of every
     /// segment, the solicited-node group of each of its IPv6 addresses
     /// (MLD snooping forwards NDP to a node only once it has joined).
     fn wait_snooped(&self, topo: &Topology) -> Result<()> {
+        self.restart_queriers(topo)?;
         let mut want = Vec::new();
         for s in &self.segments {
             for m in &s.members {
@@ -261,12 +295,10 @@ impl TopologySpec {
                 }
             }
         }
-        // The querier's start-up flooding lasts one query response interval.
-        if let Some(since) = topo.querier_since {
-            let settle = std::time::Duration::from_millis(1500);
-            if let Some(rest) = settle.checked_sub(since.elapsed()) {
-                std::thread::sleep(rest);
-            }
+        // The querier's start-up flooding lasts one query response interval
+        // (1 s) from its restart above.
+        if topo.switch.is_some() {
+            std::thread::sleep(std::time::Duration::from_millis(1500));
         }
         if want.is_empty() {
             return Ok(());
@@ -312,7 +344,8 @@ impl TopologySpec {
                 };
                 check_ifname(&br)?;
                 // Snooping first, with a 1 s query response interval; the
-                // querier after it. While a querier starts, the kernel floods
+                // querier after it (and restarted once the ports are up:
+                // `restart_queriers`). While a querier starts, the kernel floods
                 // all multicast for one response interval; after that,
                 // multicast goes only to ports that joined the group (and to
                 // router ports), so a host must really join.
@@ -328,7 +361,6 @@ impl TopologySpec {
                     "100",
                 ])?;
                 sw.ip(&["link", "set", &br, "type", "bridge", "mcast_querier", "1"])?;
-                topo.querier_since = Some(std::time::Instant::now());
                 // Up before any port: member kernels send their MLD reports
                 // when their links come up, and the bridge must see them.
                 sw.ip(&["link", "set", &br, "up"])?;
@@ -488,7 +520,6 @@ pub struct Topology {
     ifaces: BTreeMap<(String, String), String>,
     ports: BTreeMap<(String, String), String>,
     bridges: BTreeMap<String, String>,
-    querier_since: Option<std::time::Instant>,
     destroyed: bool,
 }
 
