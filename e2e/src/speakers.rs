@@ -689,8 +689,19 @@ impl SpeakerLab {
 
     /// Waits until every speaker's ConfigurationState is `Valid`.
     pub async fn wait_configuration_valid(&self, timeout: Duration) -> Result<()> {
+        self.wait_configuration_state("Valid", "", timeout).await
+    }
+
+    /// Waits until every speaker's ConfigurationState has result `result` and an
+    /// error summary containing `needle` (empty: any).
+    pub async fn wait_configuration_state(
+        &self,
+        result: &str,
+        needle: &str,
+        timeout: Duration,
+    ) -> Result<()> {
         wait_until(
-            "every speaker's ConfigurationState speaker-<node> Valid",
+            &format!("every speaker's ConfigurationState speaker-<node> {result} ({needle})"),
             timeout,
             || async {
                 let mut seen = Vec::new();
@@ -700,7 +711,7 @@ impl SpeakerLab {
                         .configuration_state(&node)
                         .await
                         .map_err(|e| format!("{e:#}"))?;
-                    ok &= matches!(&s, Some((r, _)) if r == "Valid");
+                    ok &= matches!(&s, Some((r, e)) if r == result && e.contains(needle));
                     seen.push(format!("{node}: {s:?}"));
                 }
                 if ok { Ok(()) } else { Err(seen.join("; ")) }

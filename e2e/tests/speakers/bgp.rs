@@ -486,29 +486,6 @@ async fn the_exclude_label_withdraws_from_its_node_unless_ignore_exclude_lb() ->
     sl.finish(r).await
 }
 
-/// Waits until every speaker's ConfigurationState is Invalid with `needle` in its
-/// error.
-async fn wait_all_invalid(sl: &SpeakerLab, needle: &str) -> Result<()> {
-    wait_until(
-        &format!("every speaker's ConfigurationState Invalid ({needle})"),
-        Duration::from_secs(5),
-        || async {
-            let mut seen = Vec::new();
-            let mut ok = true;
-            for node in sl.node_names() {
-                let s = sl
-                    .configuration_state(&node)
-                    .await
-                    .map_err(|e| format!("{e:#}"))?;
-                ok &= matches!(&s, Some((r, e)) if r == "Invalid" && e.contains(needle));
-                seen.push(format!("{node}: {s:?}"));
-            }
-            if ok { Ok(()) } else { Err(seen.join("; ")) }
-        },
-    )
-    .await
-}
-
 /// Checks for 3 s, every 250 ms, that `prefix` stays at the router from every node
 /// and every session stays up.
 async fn hold_routes(sl: &SpeakerLab, prefix: &str, why: &str) -> Result<()> {
@@ -545,7 +522,8 @@ async fn an_invalid_configuration_keeps_every_route_and_shows_invalid_until_fixe
             json!({"addresses": ["198.51.100.0/25"]}),
         )
         .await?;
-        wait_all_invalid(&sl, "overlap").await?;
+        sl.wait_configuration_state("Invalid", "overlap", Duration::from_secs(5))
+            .await?;
         // Nothing moves at the router while the configuration is invalid.
         hold_routes(&sl, &host(80), "while the configuration is invalid").await?;
         sl.delete("IPAddressPool", "overlap").await?;
@@ -578,7 +556,8 @@ async fn a_pool_deleted_and_created_again_withdraws_nothing() -> Result<()> {
 
         sl.delete("IPAddressPool", "pool").await?;
         let want = format!("service {}/web has no configuration", sl.namespace());
-        wait_all_invalid(&sl, &want).await?;
+        sl.wait_configuration_state("Invalid", &want, Duration::from_secs(5))
+            .await?;
         // The route stays from every node while the pool is away.
         hold_routes(&sl, &host(70), "while the pool is away").await?;
         sl.apply(
